@@ -1,0 +1,87 @@
+"""Connector, SourceConnector and SinkConnector: the control-plane half of a plugin.
+
+Lifecycle (the contract, as in Kafka Connect): the worker instantiates the class, may call
+:meth:`Connector.validate` any number of times, then calls :meth:`Connector.start` with the
+connector's own config (its ``source.`` or ``sink.`` keys, prefix removed), asks
+:meth:`Connector.task_configs` how to split the work, and calls :meth:`Connector.stop` when the
+pipeline stops or is reconfigured. A connector may call
+``context.request_task_reconfiguration()`` at any time (e.g. a new topic appeared); the worker then
+asks for task configs again before its next epoch.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+from connect.config import ConfigDef
+from connect.errors import ConfigIssue
+
+__all__ = ["Connector", "SourceConnector", "SinkConnector", "ConnectorContext"]
+
+
+class ConnectorContext:
+    """What a running connector may ask of the worker."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._reconfigure = threading.Event()
+
+    def request_task_reconfiguration(self) -> None:
+        self._reconfigure.set()
+
+    def take_reconfiguration_request(self) -> bool:
+        """Worker side: True once per request."""
+        if self._reconfigure.is_set():
+            self._reconfigure.clear()
+            return True
+        return False
+
+
+class Connector:
+    """Base of every connector. Subclasses declare ``config_def()`` and ``task_class()``."""
+
+    kind = "abstract"
+
+    def __init__(self) -> None:
+        self.context: ConnectorContext | None = None
+        self.config: dict[str, Any] = {}
+
+    @classmethod
+    def version(cls) -> str:
+        return "0.1.0"
+
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ConfigDef()
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Every issue with ``config``. Override to add cross-key checks (call super first)."""
+        return cls.config_def().validate(config)
+
+    def initialize(self, context: ConnectorContext) -> None:
+        self.context = context
+
+    def start(self, config: Mapping[str, Any]) -> None:
+        """Remember the config; connectors that watch their source start that here."""
+        self.config = dict(config)
+
+    @classmethod
+    def task_class(cls) -> type:
+        raise NotImplementedError
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
+        """At most ``max_tasks`` task configs; each becomes one task. Default: one copy."""
+        return [dict(self.config)]
+
+    def stop(self) -> None:
+        """Release what ``start`` acquired. Called once."""
+
+
+class SourceConnector(Connector):
+    kind = "source"
+
+
+class SinkConnector(Connector):
+    kind = "sink"

@@ -1,0 +1,71 @@
+"""One exception root for the framework and its small family.
+
+Every error the framework raises on purpose derives from :class:`ConnectError`, so callers can
+catch one class. Leaves say what went wrong; their messages name the config key, JSON path or
+record position involved.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+__all__ = [
+    "ConnectError",
+    "ConfigError",
+    "ConfigIssue",
+    "RetriableError",
+    "ConversionError",
+    "PluginError",
+    "TaskFailedError",
+]
+
+
+class ConnectError(Exception):
+    """Root of every error the framework raises deliberately."""
+
+
+class RetriableError(ConnectError):
+    """The operation may succeed if retried unchanged (Kafka Connect's RetriableException).
+
+    Raised from ``SourceTask.poll`` or ``SinkTask.put``: the runner retries the same call with
+    exponential backoff until ``errors.retry.timeout`` elapses, then fails the task.
+    """
+
+
+class ConversionError(ConnectError):
+    """A key, value or header could not be converted; the message names the record position."""
+
+
+class PluginError(ConnectError):
+    """A connector class could not be found or loaded."""
+
+
+class TaskFailedError(ConnectError):
+    """A task pair stopped because of an error nothing was allowed to tolerate."""
+
+
+class ConfigIssue(NamedTuple):
+    """One problem with one config key."""
+
+    key: str
+    value: object
+    message: str
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return f"{self.key}: {self.message}"
+        return f"{self.key}: invalid value {self.value!r}: {self.message}"
+
+
+class ConfigError(ConnectError):
+    """A configuration is invalid. Carries every issue found, not just the first."""
+
+    def __init__(self, issues: Iterable[ConfigIssue] | str, *, source: str | None = None):
+        if isinstance(issues, str):
+            issues = [ConfigIssue("<config>", None, issues)]
+        self.issues: list[ConfigIssue] = list(issues)
+        self.source = source
+        head = f"{source}: " if source else ""
+        lines = "\n".join(f"  - {issue}" for issue in self.issues)
+        count = len(self.issues)
+        super().__init__(f"{head}{count} configuration error{'s' if count != 1 else ''}:\n{lines}")

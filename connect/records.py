@@ -1,0 +1,63 @@
+"""The record that flows from a SourceTask to a SinkTask.
+
+A :class:`ConnectRecord` is immutable and cheap to create: it is built once per message on the
+hot path, so it holds references only (no copies) and validates nothing at construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+import attrs
+
+__all__ = ["ConnectRecord", "Headers", "SourcePartition", "SourceOffset", "partition_key"]
+
+import orjson
+
+Headers = Sequence[Tuple[str, Optional[bytes]]]
+SourcePartition = Mapping[str, Any]
+"""Where a record came from, e.g. ``{"topic": "orders", "partition": 3}``: primitives only."""
+SourceOffset = Mapping[str, Any]
+"""How far into its source partition a record is, e.g. ``{"offset": 1041}``: primitives only."""
+
+
+@attrs.frozen(slots=True, eq=True, repr=True)
+class ConnectRecord:
+    """One message in flight.
+
+    Attributes:
+        topic: the source topic (sinks map it to a target topic).
+        key, value: payloads; ``bytes`` when they come from a broker, any Python object when a
+            converter decoded them.
+        headers: a sequence of ``(name, bytes | None)`` pairs, kept in order, duplicates allowed.
+        timestamp: milliseconds since the epoch, or None.
+        source_partition, source_offset: dicts of primitives the framework persists so the
+            source task resumes after the last record acknowledged by the sink. Sources should
+            reuse one ``source_partition`` object for every record of a partition: the runner
+            groups offsets by that object's identity before it serialises them.
+        partition: a partition-number hint for the sink: sinks keep it when the target topic has
+            that partition (mirroring keeps partition numbers) and otherwise partition by key.
+    """
+
+    topic: str
+    key: Any
+    value: Any
+    headers: Optional[Headers] = None
+    timestamp: Optional[int] = None
+    source_partition: SourcePartition = attrs.field(factory=dict)
+    source_offset: SourceOffset = attrs.field(factory=dict)
+    partition: Optional[int] = None
+
+    def position(self) -> str:
+        """Human-readable position for error messages: ``topic[partition]@offset``."""
+        sp = dict(self.source_partition)
+        part = sp.pop("partition", None)
+        sp.pop("topic", None)
+        where = f"[{part}]" if part is not None else ""
+        extra = f" {sp}" if sp else ""
+        return f"{self.topic}{where}@{dict(self.source_offset)}{extra}"
+
+
+def partition_key(source_partition: SourcePartition) -> str:
+    """Canonical string form of a source partition (sorted-key JSON), used as a store key."""
+    return orjson.dumps(source_partition, option=orjson.OPT_SORT_KEYS).decode()

@@ -1,0 +1,89 @@
+"""SourceTask and what the framework gives it.
+
+Guarantees the framework makes to a source task:
+- ``start`` is called once, before any ``poll``; ``context.offset_storage_reader`` then answers with
+  the last *committed* offset of each source partition: the offset of the last record the sink
+  acknowledged. Resume *after* it (offset + 1 for Kafka), not at it.
+- ``poll`` is called from one thread, in a loop; it should return within about
+  ``poll.timeout.ms`` (an empty list or None when nothing arrived), so the epoch can end on time.
+- ``commit`` is called after the offsets of records returned so far were persisted.
+- ``commit_record(record, metadata)`` is called for each record the sink acknowledged, only if
+  the subclass overrides it (it costs a call per record); ``metadata`` is None when the sink does
+  not report positions.
+- ``dismiss_failed_msgs`` / ``customer_failed_msgs`` (RIP-45) receive the records the sink could
+  not write after retries. Returning True lets their offsets advance: dismissed means "drop them,
+  this task does not need them"; customer means "this task has taken care of them itself". Both
+  default to False (just log). Either way every such record is counted in the epoch stats.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+from connect.records import ConnectRecord, SourceOffset, SourcePartition, partition_key
+
+__all__ = ["SourceTask", "SourceTaskContext", "OffsetStorageReader"]
+
+log = logging.getLogger(__name__)
+
+
+class OffsetStorageReader:
+    """Read-only view of committed offsets, keyed by source partition."""
+
+    def __init__(self, offsets: Mapping[str, Mapping[str, Any]] | None = None):
+        self._offsets = dict(offsets or {})
+
+    def offset(self, partition: SourcePartition) -> SourceOffset | None:
+        return self._offsets.get(partition_key(partition))
+
+    def offsets(self, partitions: Sequence[SourcePartition]) -> dict[str, SourceOffset | None]:
+        return {partition_key(p): self.offset(p) for p in partitions}
+
+
+class SourceTaskContext:
+    def __init__(self, task_id: str, configs: Mapping[str, Any], offset_storage_reader: OffsetStorageReader):
+        self.task_id = task_id
+        self.configs = dict(configs)
+        self.offset_storage_reader = offset_storage_reader
+
+
+class SourceTask:
+    """Reads records from a source system. Subclass and implement ``start``, ``poll``, ``stop``."""
+
+    def __init__(self) -> None:
+        self.context: SourceTaskContext | None = None
+
+    def version(self) -> str:
+        return "0.1.0"
+
+    def start(self, config: Mapping[str, Any], context: SourceTaskContext) -> None:
+        """Open clients and position on ``context.offset_storage_reader``'s offsets.
+
+        The runner has already set ``self.context = context``.
+        """
+        raise NotImplementedError
+
+    def poll(self) -> Sequence[ConnectRecord] | None:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Offsets up to the last acknowledged record were persisted."""
+
+    def commit_record(self, record: ConnectRecord, metadata: Any) -> None:
+        """``record`` was acknowledged by the sink (only called when overridden)."""
+
+    def stop(self) -> None:
+        """Release resources. Called once, possibly while ``poll`` is not running."""
+
+    def lag(self) -> int | None:
+        """Records known to be waiting in the source for this task, if the source can tell."""
+        return None
+
+    def dismiss_failed_msgs(self, records: Sequence[ConnectRecord]) -> bool:
+        log.warning("%d record(s) failed to reach the sink; dismiss_failed_msgs not overridden", len(records))
+        return False
+
+    def customer_failed_msgs(self, records: Sequence[ConnectRecord]) -> bool:
+        log.warning("%d record(s) failed to reach the sink; customer_failed_msgs not overridden", len(records))
+        return False

@@ -1,0 +1,1 @@
+"""Task-pair runner: what one Spark partition executes."""

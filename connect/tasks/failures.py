@@ -1,0 +1,105 @@
+"""What happens to a record that could not be written after retries.
+
+Order of decision (first that accepts wins, and the record's offset may then advance):
+1. ``SourceTask.dismiss_failed_msgs(records)`` (RIP-45) - the source says they may be dropped;
+2. ``SourceTask.customer_failed_msgs(records)`` (RIP-45) - the source handled them itself;
+3. the dead-letter topic (``errors.deadletterqueue.topic.name``), written through its own sink
+   task and acknowledged before anything advances;
+4. ``errors.tolerance=all`` - skipped.
+Whatever none of them accepts is returned: the runner keeps its partition's offset where it was
+and fails the task. Every record is counted in exactly one of the stats' buckets.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+from connect.records import ConnectRecord
+from connect.sink import SinkTask
+from connect.source import SourceTask
+from connect.tasks.results import EpochStats
+
+__all__ = ["FailedRecordHandler", "dead_letter_record"]
+
+log = logging.getLogger(__name__)
+
+Failure = tuple[ConnectRecord, BaseException]
+
+
+def dead_letter_record(record: ConnectRecord, error: BaseException, *, connector: str, task: str,
+                       with_headers: bool) -> ConnectRecord:
+    """The record as written to the dead-letter topic, with Kafka Connect's error headers."""
+    headers = list(record.headers or ())
+    if with_headers:
+        sp = record.source_partition
+        context = (
+            ("__connect.errors.topic", record.topic),
+            ("__connect.errors.partition", sp.get("partition", sp.get("queue", ""))),
+            ("__connect.errors.offset", next(iter(record.source_offset.values()), "")),
+            ("__connect.errors.connector.name", connector),
+            ("__connect.errors.task.id", task),
+            ("__connect.errors.exception.class.name", type(error).__qualname__),
+            ("__connect.errors.exception.message", str(error)),
+        )
+        headers.extend((name, str(value).encode()) for name, value in context)
+    return ConnectRecord(record.topic, record.key, record.value, headers, record.timestamp,
+                         record.source_partition, record.source_offset, None)
+
+
+class FailedRecordHandler:
+    def __init__(self, *, source: SourceTask, stats: EpochStats, tolerance_all: bool, log_errors: bool,
+                 dlq_factory: Callable[[], SinkTask] | None, connector: str, task: str, dlq_headers: bool):
+        self._source = source
+        self._stats = stats
+        self._tolerance_all = tolerance_all
+        self._log_errors = log_errors
+        self._dlq_factory = dlq_factory
+        self._dlq: SinkTask | None = None
+        self._connector = connector
+        self._task = task
+        self._dlq_headers = dlq_headers
+
+    def handle(self, failures: Sequence[Failure]) -> list[Failure]:
+        """Resolve ``failures``; return the ones nothing accepted."""
+        if not failures:
+            return []
+        stats = self._stats
+        stats.errors += len(failures)
+        if self._log_errors:
+            for record, error in failures:
+                log.error("[%s/%s] record %s failed: %s", self._connector, self._task, record.position(), error)
+        records = [record for record, _ in failures]
+        if self._source.dismiss_failed_msgs(records):
+            stats.dismissed += len(records)
+            return []
+        if self._source.customer_failed_msgs(records):
+            stats.customer_handled += len(records)
+            return []
+        if self._dlq_factory is not None:
+            self._write_dead_letters(failures)
+            stats.dead_lettered += len(failures)
+            return []
+        if self._tolerance_all:
+            stats.skipped += len(failures)
+            log.warning("[%s/%s] skipped %d failed record(s) (errors.tolerance=all)",
+                        self._connector, self._task, len(failures))
+            return []
+        return list(failures)
+
+    def _write_dead_letters(self, failures: Sequence[Failure]) -> None:
+        if self._dlq is None:
+            self._dlq = self._dlq_factory()
+        batch = [dead_letter_record(r, e, connector=self._connector, task=self._task, with_headers=self._dlq_headers)
+                 for r, e in failures]
+        self._dlq.put(batch)
+        self._dlq.flush({})
+        rejected = self._dlq.context.errant_record_reporter.take()
+        if rejected:
+            record, error = rejected[0]
+            raise RuntimeError(f"dead-letter topic rejected {len(rejected)} record(s), first {record.position()}: {error}")
+
+    def close(self) -> None:
+        if self._dlq is not None:
+            self._dlq.stop()
+            self._dlq = None

@@ -1,0 +1,129 @@
+"""What one Spark partition runs: one epoch of one task pair, with runners cached per process.
+
+PySpark reuses its Python worker processes, so a :class:`TaskPairRunner` (and its connected
+broker clients) built for one epoch is kept in this module and reused by the next epoch of the
+same pair - if Spark schedules that pair in this process again. Spark does not promise that, so
+each spec names the epoch whose offsets the driver committed last (``prev_epoch``): a cached
+runner that did not run exactly that epoch is stale (its pair ran elsewhere meanwhile) and is
+restarted from the committed offsets in the spec. Broker clients survive such a restart in the
+connectors' client pools, so it costs a seek, not a reconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from typing import Any
+
+import attrs
+
+from connect.sink import SinkTask, SinkTaskContext
+from connect.tasks.results import FAILED, EpochResult
+from connect.tasks.runner import TaskPairRunner
+
+__all__ = ["TaskPairSpec", "run_task_pair_epoch", "stop_all_cached"]
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class TaskPairSpec:
+    connector: str
+    task: int
+    epoch: int
+    prev_epoch: int | None  # last epoch of this pair whose result the driver persisted
+    generation: str  # hash of the connector's config and task split; a change restarts its pairs
+    source_task_class: type
+    source_config: dict[str, Any]
+    sink_task_class: type
+    sink_config: dict[str, Any]
+    dlq_config: dict[str, Any] | None
+    settings: dict[str, Any]
+    offsets: dict[str, dict[str, Any]]  # committed offsets of the connector, by partition key
+    stop_file: str | None = None
+
+
+@attrs.define
+class _Cached:
+    generation: str
+    runner: TaskPairRunner
+    last_epoch: int | None = None
+
+
+_RUNNERS: dict[tuple[str, int], _Cached] = {}
+
+
+def _stop_flag(path: str | None):
+    if not path:
+        return lambda: False
+    state = {"next": 0.0, "stop": False}
+
+    def requested() -> bool:
+        now = time.monotonic()
+        if now >= state["next"]:
+            state["next"] = now + 0.1
+            state["stop"] = os.path.exists(path)
+        return state["stop"]
+
+    return requested
+
+
+def _dlq_factory(spec: TaskPairSpec):
+    if spec.dlq_config is None:
+        return None
+
+    def build() -> SinkTask:
+        task = spec.sink_task_class()
+        task.context = SinkTaskContext(f"{spec.connector}-{spec.task}-dlq", spec.dlq_config)
+        task.start(spec.dlq_config, task.context)
+        return task
+
+    return build
+
+
+def _build(spec: TaskPairSpec) -> TaskPairRunner:
+    return TaskPairRunner(
+        connector=spec.connector, task_id=spec.task, source=spec.source_task_class(), sink=spec.sink_task_class(),
+        source_config=spec.source_config, sink_config=spec.sink_config, settings=spec.settings,
+        offsets=spec.offsets, dlq_factory=_dlq_factory(spec), stop_requested=_stop_flag(spec.stop_file))
+
+
+def _evict(key: tuple[str, int]) -> None:
+    cached = _RUNNERS.pop(key, None)
+    if cached is not None:
+        try:
+            cached.runner.stop()
+        except Exception as exc:  # noqa: BLE001 - a stale runner failing to stop must not fail this epoch
+            log.warning("stopping stale task pair %s-%s: %s", *key, exc)
+
+
+def run_task_pair_epoch(spec: TaskPairSpec) -> EpochResult:
+    key = (spec.connector, spec.task)
+    for other in [k for k, c in _RUNNERS.items() if k[0] == spec.connector and c.generation != spec.generation]:
+        _evict(other)
+    cached = _RUNNERS.get(key)
+    if cached is not None and cached.last_epoch != spec.prev_epoch:
+        _evict(key)
+        cached = None
+    restarted = cached is None
+    if cached is None:
+        started = time.time()
+        try:
+            cached = _Cached(spec.generation, _build(spec))
+        except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
+            return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
+                               trace="".join(traceback.format_exception(exc)), pid=os.getpid(), restarted=True)
+        _RUNNERS[key] = cached
+    result = cached.runner.run_epoch(spec.epoch)
+    result.restarted = restarted
+    cached.last_epoch = spec.epoch
+    if result.state == FAILED:
+        _evict(key)
+    return result
+
+
+def stop_all_cached() -> None:
+    for key in list(_RUNNERS):
+        _evict(key)

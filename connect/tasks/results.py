@@ -1,0 +1,63 @@
+"""What one epoch of one task pair returns to the driver (small and picklable)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = ["EpochStats", "EpochResult", "RUNNING", "FAILED"]
+
+RUNNING = "RUNNING"
+FAILED = "FAILED"
+
+
+@attrs.define(slots=True)
+class EpochStats:
+    records: int = 0  # records put to the sink
+    bytes: int = 0  # key + value bytes put to the sink
+    errors: int = 0  # records that failed (conversion or rejected by the destination after retries)
+    retries: int = 0  # retried calls (poll, put, flush) and re-sent rejected records
+    dismissed: int = 0  # failed records the source task dismissed (dismiss_failed_msgs)
+    customer_handled: int = 0  # failed records the source task handled (customer_failed_msgs)
+    dead_lettered: int = 0  # failed records written to the dead-letter topic
+    skipped: int = 0  # failed records skipped by errors.tolerance=all
+    flushes: int = 0
+    latency_ms_max: float = 0.0  # record age (now - record timestamp) when put, worst seen
+    latency_ms_sum: float = 0.0
+    latency_samples: int = 0
+
+    def observe_latency(self, age_ms: float) -> None:
+        if age_ms > self.latency_ms_max:
+            self.latency_ms_max = age_ms
+        self.latency_ms_sum += age_ms
+        self.latency_samples += 1
+
+    @property
+    def latency_ms_avg(self) -> float:
+        return self.latency_ms_sum / self.latency_samples if self.latency_samples else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out["latency_ms_avg"] = self.latency_ms_avg
+        return out
+
+
+@attrs.define(slots=True)
+class EpochResult:
+    connector: str
+    task: int
+    epoch: int
+    state: str
+    offsets: dict[str, dict[str, Any]]  # partition key -> last committed source offset
+    stats: dict[str, Any]
+    started_at: float
+    ended_at: float
+    lag: int | None = None
+    trace: str | None = None
+    pid: int = 0
+    restarted: bool = False  # the worker process had to (re)start this pair's tasks
+
+    @property
+    def duration(self) -> float:
+        return max(self.ended_at - self.started_at, 1e-9)

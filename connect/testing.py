@@ -1,0 +1,136 @@
+"""In-memory source and sink for tests, demos and connector authors (bytewax-style).
+
+``memory`` source: ``partitions`` partitions of ``records`` records each, values
+``b"<topic>-<partition>-<offset>"``; resumes after committed offsets; can raise RetriableError
+from ``poll`` a number of times. ``memory`` sink: appends what it receives to
+``MemorySinkTask.written[<sink name>]`` (this process only); can reject chosen records as a
+broker would (reported through the errant-record reporter) or raise RetriableError from ``put``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import defaultdict
+from typing import Any, Mapping, Sequence
+
+from connect.config import ConfigDef, Type, at_least
+from connect.connector import SinkConnector, SourceConnector
+from connect.errors import RetriableError
+from connect.records import ConnectRecord
+from connect.sink import SinkTask
+from connect.sink.routing import ROUTING_CONFIG, TopicRouter
+from connect.source import SourceTask
+
+__all__ = ["MemorySourceConnector", "MemorySourceTask", "MemorySinkConnector", "MemorySinkTask"]
+
+
+class MemorySourceTask(SourceTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        cfg = MemorySourceConnector.config_def().parse(config)
+        self.topic = cfg["topic"]
+        self.records = cfg["records"]
+        self.batch = cfg["batch.size"]
+        self.poll_failures = cfg["fail.poll.times"]
+        assigned = [int(p) for p in config.get("task.partitions", "").split(",") if p.strip()]
+        if not assigned:
+            assigned = list(range(cfg["partitions"]))
+        self.partitions = {p: {"topic": self.topic, "partition": p} for p in assigned}
+        self.next = {}
+        for p, sp in self.partitions.items():
+            committed = context.offset_storage_reader.offset(sp)
+            self.next[p] = committed["offset"] + 1 if committed else 0
+
+    def poll(self) -> Sequence[ConnectRecord]:
+        if self.poll_failures > 0:
+            self.poll_failures -= 1
+            raise RetriableError("memory source: injected poll failure")
+        out = []
+        for p, sp in self.partitions.items():
+            start = self.next[p]
+            end = min(start + self.batch, self.records)
+            for i in range(start, end):
+                out.append(ConnectRecord(self.topic, str(i).encode(), f"{self.topic}-{p}-{i}".encode(),
+                                         (("i", str(i).encode()),), 1_700_000_000_000 + i, sp, {"offset": i}, p))
+            self.next[p] = end
+        return out
+
+    def lag(self) -> int:
+        return sum(self.records - n for n in self.next.values())
+
+    def stop(self) -> None:
+        pass
+
+
+class MemorySourceConnector(SourceConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return (ConfigDef()
+                .define("topic", Type.STRING, "memory", "Topic name the records carry.")
+                .define("partitions", Type.INT, 1, "Number of partitions.", validator=at_least(1))
+                .define("records", Type.INT, 100, "Records per partition.", validator=at_least(0))
+                .define("batch.size", Type.INT, 100, "Most records per partition per poll.", validator=at_least(1))
+                .define("fail.poll.times", Type.INT, 0, "Raise RetriableError from the first N polls."))
+
+    @classmethod
+    def task_class(cls) -> type:
+        return MemorySourceTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
+        n = int(self.config.get("partitions", 1))
+        groups = [list(range(n))[i::max_tasks] for i in range(min(max_tasks, n))]
+        return [{**self.config, "task.partitions": ",".join(map(str, g))} for g in groups]
+
+
+class MemorySinkTask(SinkTask):
+    written: dict[str, list[ConnectRecord]] = defaultdict(list)
+    _lock = threading.Lock()
+
+    def start(self, config: Mapping[str, Any], context) -> None:
+        cfg = MemorySinkConnector.config_def().parse(config)
+        self.name = cfg["name"]
+        self.route = TopicRouter(cfg)
+        self.reject = re.compile(cfg["reject.values"]) if cfg["reject.values"] else None
+        self.reject_times = cfg["reject.times"]
+        self.put_failures = cfg["fail.put.times"]
+        self.rejections: dict[bytes, int] = defaultdict(int)
+        self.buffer: list[ConnectRecord] = []
+
+    def put(self, records: Sequence[ConnectRecord]) -> None:
+        if self.put_failures > 0:
+            self.put_failures -= 1
+            raise RetriableError("memory sink: injected put failure")
+        self.buffer.extend(records)
+
+    def flush(self, offsets) -> None:
+        reporter = self.context.errant_record_reporter
+        accepted = []
+        for r in self.buffer:
+            if self.reject is not None and isinstance(r.value, bytes) and self.reject.search(r.value.decode()):
+                self.rejections[r.value] += 1
+                if self.reject_times < 0 or self.rejections[r.value] <= self.reject_times:
+                    reporter.report(r, RuntimeError(f"memory sink rejected {r.value!r}"))
+                    continue
+            accepted.append(ConnectRecord(self.route(r.topic), r.key, r.value, r.headers, r.timestamp,
+                                          r.source_partition, r.source_offset, r.partition))
+        self.buffer = []
+        with self._lock:
+            self.written[self.name].extend(accepted)
+
+    def stop(self) -> None:
+        self.buffer = []
+
+
+class MemorySinkConnector(SinkConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ROUTING_CONFIG.merge(
+            ConfigDef()
+            .define("name", Type.STRING, "memory", "Key of MemorySinkTask.written that receives the records.")
+            .define("reject.values", Type.STRING, "", "Regex: matching values are rejected at flush.")
+            .define("reject.times", Type.INT, -1, "Reject a matching record this many times (-1: always).")
+            .define("fail.put.times", Type.INT, 0, "Raise RetriableError from the first N puts."))
+
+    @classmethod
+    def task_class(cls) -> type:
+        return MemorySinkTask

@@ -1,0 +1,1 @@
+"""Connectors shipped with the framework, one package per broker."""

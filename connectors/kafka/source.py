@@ -1,0 +1,267 @@
+"""Kafka source: topics by list or regex, partitions divided across tasks and assigned explicitly.
+
+Offsets are framework-managed, as in MirrorMaker 2's MirrorSourceTask: the consumer never joins a
+group nor commits; each task ``assign``s its partitions at the committed offset + 1. A partition
+without a committed offset starts at ``start.position`` (earliest, latest or the first record at
+or after ``start.timestamp.ms``) - except partitions discovered after the connector started,
+which start at earliest so nothing written to a new topic is missed.
+
+Every record keeps key, value, headers and timestamp, carries
+``source_partition={"topic", "partition"}`` and ``source_offset={"offset"}``, and hints its own
+partition number to the sink (``ConnectRecord.partition``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Any, Mapping, Sequence
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
+from connect.connector import SourceConnector
+from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.records import ConnectRecord
+from connect.source import SourceTask
+from connectors.kafka.clients import POOL, client_config
+
+__all__ = ["KafkaSourceConnector", "KafkaSourceTask"]
+
+log = logging.getLogger(__name__)
+
+ASSIGNMENT_KEY = "task.assignment"  # "topic:partition,..." written by the connector
+EARLIEST_KEY = "task.assignment.earliest"  # partitions discovered after start: begin at earliest
+
+CONFIG = (
+    ConfigDef()
+    .define("bootstrap.servers", Type.STRING, doc="Source cluster bootstrap servers, host:port[,host:port].",
+            importance=Importance.HIGH, validator=non_empty)
+    .define("topics", Type.LIST, [], "Topics to read (comma-separated); or use topics.regex.",
+            importance=Importance.HIGH)
+    .define("topics.regex", Type.STRING, "", "Regex of topics to read (full match).", validator=valid_regex)
+    .define("topics.exclude", Type.STRING, r"__.*|.*\.internal", "Regex of topics never read (full match).",
+            validator=valid_regex)
+    .define("start.position", Type.STRING, "earliest",
+            "Where partitions without a committed offset start: earliest, latest or timestamp.",
+            validator=one_of("earliest", "latest", "timestamp"))
+    .define("start.timestamp.ms", Type.INT, -1, "With start.position=timestamp: epoch milliseconds to start at.")
+    .define("poll.batch.size", Type.INT, 5000, "Most records per poll.", validator=at_least(1))
+    .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
+    .define("refresh.topics.interval.ms", Type.INT, 10_000,
+            "How often the connector looks for new topics and partitions; 0 disables.", validator=at_least(0))
+)
+
+CONSUMER_DEFAULTS = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": False,
+    "queued.max.messages.kbytes": 32768,
+    "fetch.wait.max.ms": 100,
+}
+
+
+def _parse_assignment(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in text.split(","):
+        if item.strip():
+            topic, _, part = item.strip().rpartition(":")
+            out.append((topic, int(part)))
+    return out
+
+
+class KafkaSourceConnector(SourceConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return CONFIG
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().validate(config)
+        if not config.get("topics") and not config.get("topics.regex"):
+            issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
+        elif config.get("topics") and config.get("topics.regex"):
+            issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
+        if config.get("start.position", "").lower() == "timestamp" and int(config.get("start.timestamp.ms", -1) or -1) < 0:
+            issues.append(ConfigIssue("start.timestamp.ms", config.get("start.timestamp.ms"),
+                                      "must be >= 0 when start.position=timestamp"))
+        return issues
+
+    @classmethod
+    def task_class(cls) -> type:
+        return KafkaSourceTask
+
+    def start(self, config: Mapping[str, Any]) -> None:
+        super().start(config)
+        self._cfg = CONFIG.parse(config)
+        self._admin = POOL.acquire("admin", "connector", client_config(config, "admin"))
+        self._initial: set[tuple[str, int]] | None = None
+        self._lock = threading.Lock()
+        self._partitions = self._list_partitions()
+        self._initial = set(self._partitions)
+        self._stop = threading.Event()
+        interval = self._cfg["refresh.topics.interval.ms"]
+        self._thread = None
+        if interval > 0:
+            self._thread = threading.Thread(target=self._watch, args=(interval / 1000,), daemon=True,
+                                            name="kafka-source-topic-watch")
+            self._thread.start()
+
+    def _matches(self, topic: str) -> bool:
+        if re.fullmatch(self._cfg["topics.exclude"], topic):
+            return False
+        if self._cfg["topics"]:
+            return topic in self._cfg["topics"]
+        return re.fullmatch(self._cfg["topics.regex"], topic) is not None
+
+    def _list_partitions(self) -> list[tuple[str, int]]:
+        try:
+            metadata = self._admin.list_topics(timeout=10)
+        except KafkaException as exc:
+            raise RetriableError(f"cannot list topics on {self.config['bootstrap.servers']}: {exc}") from exc
+        return sorted((t, p) for t, md in metadata.topics.items() if md.error is None and self._matches(t)
+                      for p in md.partitions)
+
+    def _watch(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                current = self._list_partitions()
+            except ConnectError as exc:
+                log.warning("topic refresh failed: %s", exc)
+                continue
+            with self._lock:
+                changed = current != self._partitions
+                self._partitions = current
+            if changed and self.context is not None:
+                log.info("source partitions changed (%d now); requesting task reconfiguration", len(current))
+                self.context.request_task_reconfiguration()
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
+        with self._lock:
+            partitions = list(self._partitions)
+        if not partitions:
+            return []
+        groups = [partitions[i::max_tasks] for i in range(min(max_tasks, len(partitions)))]
+        initial = self._initial or set()
+        return [{**self.config,
+                 ASSIGNMENT_KEY: ",".join(f"{t}:{p}" for t, p in group),
+                 EARLIEST_KEY: ",".join(f"{t}:{p}" for t, p in group if (t, p) not in initial)}
+                for group in groups]
+
+    def stop(self) -> None:
+        if getattr(self, "_thread", None) is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+        if getattr(self, "_admin", None) is not None:
+            POOL.release("admin", "connector", client_config(self.config, "admin"), self._admin)
+            self._admin = None
+
+
+class KafkaSourceTask(SourceTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        cfg = CONFIG.parse(config)
+        self._batch = cfg["poll.batch.size"]
+        self._timeout = cfg["poll.timeout.ms"] / 1000
+        self._conf = client_config(config, "consumer", {**CONSUMER_DEFAULTS, "group.id": f"connect-{context.task_id}"})
+        self._owner = context.task_id
+        assignment = _parse_assignment(config.get(ASSIGNMENT_KEY, ""))
+        earliest = set(_parse_assignment(config.get(EARLIEST_KEY, "")))
+        self._sp: dict[str, dict[int, dict]] = {}
+        for topic, part in assignment:
+            self._sp.setdefault(topic, {})[part] = {"topic": topic, "partition": part}
+        self._consumer = POOL.acquire("consumer", self._owner, self._conf)
+        self._ts_floor: dict[tuple[str, int], int] = {}
+        reader = context.offset_storage_reader
+        tps, by_time = [], []
+        for topic, part in assignment:
+            committed = reader.offset(self._sp[topic][part])
+            if committed is not None:
+                tps.append(TopicPartition(topic, part, int(committed["offset"]) + 1))
+            elif (topic, part) in earliest or cfg["start.position"] == "earliest":
+                tps.append(TopicPartition(topic, part, OFFSET_BEGINNING))
+            elif cfg["start.position"] == "latest":
+                tps.append(TopicPartition(topic, part, OFFSET_END))
+            else:
+                by_time.append(TopicPartition(topic, part, cfg["start.timestamp.ms"]))
+        if by_time:
+            tps.extend(self._offsets_for_times(by_time, cfg["start.timestamp.ms"]))
+        self._assigned = [TopicPartition(t, p) for t, p in assignment]
+        self._consumer.assign(tps)
+
+    def _offsets_for_times(self, tps: list[TopicPartition], ts: int) -> list[TopicPartition]:
+        try:
+            found = self._consumer.offsets_for_times(tps, timeout=10)
+        except KafkaException as exc:
+            raise RetriableError(f"offsets_for_times failed: {exc}") from exc
+        out = []
+        for tp in found:
+            # Some brokers answer an earlier offset than asked; records older than the start
+            # timestamp are dropped client-side until the first one at or after it.
+            self._ts_floor[(tp.topic, tp.partition)] = ts
+            out.append(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END))
+        return out
+
+    def poll(self) -> Sequence[ConnectRecord]:
+        try:
+            msgs = self._consumer.consume(self._batch, self._timeout)
+        except KafkaException as exc:
+            raise RetriableError(f"consume failed: {exc}") from exc
+        if not msgs:
+            return msgs
+        out = []
+        append = out.append
+        sp_by_topic = self._sp
+        for m in msgs:
+            if m.error() is not None:
+                self._message_error(m)
+                continue
+            part = m.partition()
+            append(ConnectRecord(m.topic(), m.key(), m.value(), m.headers(), m.timestamp()[1],
+                                 sp_by_topic[m.topic()][part], {"offset": m.offset()}, part))
+        if self._ts_floor:
+            out = self._drop_before_start(out)
+        return out
+
+    def _drop_before_start(self, records: list[ConnectRecord]) -> list[ConnectRecord]:
+        kept = []
+        for r in records:
+            tp = (r.topic, r.partition)
+            floor = self._ts_floor.get(tp)
+            if floor is not None:
+                if r.timestamp is not None and r.timestamp < floor:
+                    continue
+                del self._ts_floor[tp]
+            kept.append(r)
+        return kept
+
+    def _message_error(self, m) -> None:
+        err = m.error()
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            raise RetriableError(f"consuming {m.topic()}[{m.partition()}]: {err.str()}")
+        raise ConnectError(f"consuming {m.topic()}[{m.partition()}]: {err.str()}")
+
+    def lag(self) -> int | None:
+        """Sum of (high watermark - position); a lower bound on brokers whose watermarks lag (tansu)."""
+        total = 0
+        try:
+            for tp in self._consumer.position(self._assigned):
+                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if high >= 0 and tp.offset >= 0:
+                    total += max(high - tp.offset, 0)
+        except KafkaException:
+            return None
+        return total
+
+    def stop(self) -> None:
+        consumer = getattr(self, "_consumer", None)
+        if consumer is not None:
+            try:
+                consumer.unassign()
+            except KafkaException:
+                consumer.close()
+                return
+            POOL.release("consumer", self._owner, self._conf, consumer)
+            self._consumer = None

@@ -1,0 +1,1 @@
+"""The runtime: Spark driver loop, stores, CLI."""

@@ -1,0 +1,136 @@
+"""``connect``: run connectors standalone, validate configs, list plugins."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from connect.errors import ConfigError, ConnectError
+from connect.pipeline import PipelineConfig, load_pipeline_file
+from connect.plugins import list_plugins, resolve_connector
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ.")
+
+
+def _load_all(configs: List[Path]) -> tuple[list[PipelineConfig], list[ConfigError]]:
+    loaded, errors = [], []
+    for path in configs:
+        try:
+            loaded.append(load_pipeline_file(path))
+        except ConfigError as exc:
+            errors.append(exc)
+    names = [p.name for p in loaded]
+    for name in {n for n in names if names.count(n) > 1}:
+        errors.append(ConfigError(f"connector name {name!r} is used by more than one file"))
+    return loaded, errors
+
+
+def _parse_spark_conf(items: List[str]) -> dict[str, str]:
+    conf = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--spark-conf")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+@app.command()
+def run(
+    configs: List[Path] = typer.Argument(..., help="Connector JSON files ({\"name\":..., \"config\":{...}})."),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir", envvar="CONNECT_DATA_DIR",
+                                  help="Where offsets are kept; a restart resumes from them."),
+    master: Optional[str] = typer.Option(None, help="Spark master; default local[N], a slot per task pair."),
+    spark_conf: List[str] = typer.Option([], "--spark-conf", help="Extra Spark setting KEY=VALUE (repeatable)."),
+    max_epochs: Optional[int] = typer.Option(None, help="Stop after this many epochs."),
+    quiet: bool = typer.Option(False, help="Print failures only."),
+) -> None:
+    """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair."""
+    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    pipelines, errors = _load_all(configs)
+    if errors:
+        for exc in errors:
+            typer.echo(str(exc), err=True)
+        raise typer.Exit(2)
+    conf = _parse_spark_conf(spark_conf)
+
+    from worker.driver import Driver
+    from worker.progress import ProgressPrinter
+    from worker.spark import SparkExecutor, build_spark, default_master
+    from worker.store import OffsetStore
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    stop_file = data_dir / "stop-requested"
+    stop_file.unlink(missing_ok=True)
+    stop = threading.Event()
+
+    def request_stop(signum, _frame):
+        typer.echo(f"received {signal.Signals(signum).name}: finishing the epoch, flushing and committing", err=True)
+        stop.set()
+        stop_file.touch()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    total_pairs = sum(p.settings["tasks.max"] for p in pipelines)
+    master = master or default_master(total_pairs)
+    typer.echo(f"starting Spark ({master}) for {len(pipelines)} connector(s)", err=True)
+    spark = build_spark(master, conf)
+    store = OffsetStore(data_dir)
+    try:
+        driver = Driver(SparkExecutor(spark), store, pipelines, stop_file=str(stop_file),
+                        on_epoch=ProgressPrinter(quiet=quiet))
+        code = driver.run(stop, max_epochs=max_epochs)
+    except ConnectError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        code = 1
+    finally:
+        store.close()
+        stop_file.unlink(missing_ok=True)
+        spark.stop()
+    if code:
+        typer.echo("every task pair has failed; see the traces above", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def validate(configs: List[Path] = typer.Argument(..., help="Connector JSON files to check.")) -> None:
+    """Print every configuration error of every file; exit 1 if there is any."""
+    pipelines, errors = _load_all(configs)
+    for p in pipelines:
+        typer.echo(f"{p.name}: OK ({p.source_class.__name__} -> {p.sink_class.__name__}, "
+                   f"tasks.max={p.settings['tasks.max']})")
+    for exc in errors:
+        typer.echo(str(exc), err=True)
+    raise typer.Exit(1 if errors else 0)
+
+
+@app.command()
+def plugins() -> None:
+    """List the connectors this installation can load."""
+    for info in list_plugins():
+        kind = "source" if info.name.endswith("-source") else "sink" if info.name.endswith("-sink") else "?"
+        version = "?"
+        try:
+            cls = resolve_connector(info.target, kind) if kind != "?" else None
+            version = cls.version() if cls else "?"
+        except ConnectError as exc:
+            version = f"unloadable: {exc}"
+        typer.echo(f"{info.name:<20} {kind:<7} {version:<10} {info.target}  [{info.origin}]")
+
+
+def main() -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""The driver loop: every epoch, one Spark job whose partitions are the running task pairs.
+
+Per epoch the driver builds one :class:`~connect.tasks.partition.TaskPairSpec` per running pair
+(with the connector's committed offsets), runs them all as one Spark job, persists the offsets
+each pair returned (one transaction per connector), records stats and failures, and applies
+task reconfiguration requested by connectors (new topics or partitions) before the next epoch.
+A failed pair is reported with its trace and not scheduled again; the others keep running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import uuid
+from typing import Any, Callable, Protocol, Sequence
+
+import attrs
+import orjson
+
+from connect.connector import ConnectorContext
+from connect.pipeline import SIDE_CONFIG, PipelineConfig
+from connect.tasks.partition import TaskPairSpec
+from connect.tasks.results import FAILED, RUNNING, EpochResult
+from worker.store import OffsetStore
+
+__all__ = ["Driver", "PipelineRuntime", "TaskState", "Executor"]
+
+log = logging.getLogger(__name__)
+
+
+class Executor(Protocol):
+    def run(self, specs: Sequence[TaskPairSpec], description: str) -> list[EpochResult]: ...
+
+
+@attrs.define
+class TaskState:
+    task: int
+    source_config: dict[str, Any]
+    sink_config: dict[str, Any]
+    state: str = RUNNING
+    prev_epoch: int | None = None
+    last: EpochResult | None = None
+    trace: str | None = None
+    records_total: int = 0
+    errors_total: int = 0
+
+
+def _own_keys(side: dict[str, str]) -> dict[str, str]:
+    """The keys a connector sees: its side's keys; the converters stay visible to the runner."""
+    return {k: v for k, v in side.items() if k != "connector.class"}
+
+
+class PipelineRuntime:
+    """One pipeline's connectors (started here, on the driver) and its task pairs."""
+
+    def __init__(self, pipeline: PipelineConfig, store: OffsetStore, run_id: str):
+        self.pipeline = pipeline
+        self.name = pipeline.name
+        self._store = store
+        self._run_id = run_id
+        self.offsets = store.load(self.name)
+        self.context = ConnectorContext(self.name)
+        self.source_connector = pipeline.source_class()
+        self.source_connector.initialize(self.context)
+        self.source_connector.start(_own_keys(pipeline.source_config))
+        self.sink_connector = pipeline.sink_class()
+        self.sink_connector.initialize(ConnectorContext(self.name))
+        try:
+            self.sink_connector.start(_own_keys(pipeline.sink_config))
+        except BaseException:
+            self.source_connector.stop()
+            raise
+        self.tasks: list[TaskState] = []
+        self.generation = ""
+        self.configure_tasks()
+
+    def configure_tasks(self) -> None:
+        max_tasks = self.pipeline.settings["tasks.max"]
+        source_cfgs = self.source_connector.task_configs(max_tasks)[:max_tasks]
+        sink_cfgs = self.sink_connector.task_configs(max(len(source_cfgs), 1)) or [_own_keys(self.pipeline.sink_config)]
+        converters = {k: v for k, v in self.pipeline.source_config.items() if k in SIDE_CONFIG}
+        sink_conv = {k: v for k, v in self.pipeline.sink_config.items() if k in SIDE_CONFIG}
+        self.tasks = [TaskState(i, {**converters, **cfg}, {**sink_conv, **sink_cfgs[i % len(sink_cfgs)]})
+                      for i, cfg in enumerate(source_cfgs)]
+        digest = hashlib.sha256(self._run_id.encode())
+        digest.update(orjson.dumps([[t.source_config, t.sink_config] for t in self.tasks], option=orjson.OPT_SORT_KEYS))
+        self.generation = digest.hexdigest()[:16]
+        log.info("connector %s: %d task pair(s)", self.name, len(self.tasks))
+
+    def dlq_config(self, sink_config: dict[str, Any]) -> dict[str, Any] | None:
+        topic = self.pipeline.settings["errors.deadletterqueue.topic.name"]
+        if not topic:
+            return None
+        return {**sink_config, **self.pipeline.dlq_overrides, "topic": topic, "topic.template": "{topic}"}
+
+    def specs(self, epoch: int, stop_file: str | None) -> list[TaskPairSpec]:
+        source_task = self.pipeline.source_class.task_class()
+        sink_task = self.pipeline.sink_class.task_class()
+        return [TaskPairSpec(self.name, t.task, epoch, t.prev_epoch, self.generation, source_task, t.source_config,
+                             sink_task, t.sink_config, self.dlq_config(t.sink_config), self.pipeline.settings,
+                             self.offsets, stop_file)
+                for t in self.tasks if t.state == RUNNING]
+
+    def apply(self, result: EpochResult) -> None:
+        task = self.tasks[result.task]
+        if result.offsets:
+            self._store.commit(self.name, result.offsets)
+            self.offsets.update(result.offsets)
+        task.last = result
+        task.records_total += result.stats.get("records", 0)
+        task.errors_total += result.stats.get("errors", 0)
+        if result.state == FAILED:
+            task.state = FAILED
+            task.trace = result.trace
+            log.error("task %s-%d FAILED:\n%s", self.name, result.task, result.trace)
+        else:
+            task.prev_epoch = result.epoch
+
+    def stop(self) -> None:
+        for connector in (self.source_connector, self.sink_connector):
+            try:
+                connector.stop()
+            except Exception as exc:  # noqa: BLE001 - stop both, log the failure
+                log.warning("stopping connector %s: %s", self.name, exc)
+
+
+class Driver:
+    def __init__(self, executor: Executor, store: OffsetStore, pipelines: Sequence[PipelineConfig], *,
+                 stop_file: str | None = None,
+                 on_epoch: Callable[[int, list[EpochResult], list[PipelineRuntime]], None] | None = None):
+        self.executor = executor
+        self.store = store
+        self.stop_file = stop_file
+        self.on_epoch = on_epoch
+        self.run_id = uuid.uuid4().hex
+        self.runtimes: list[PipelineRuntime] = []
+        for pipeline in pipelines:
+            self.runtimes.append(PipelineRuntime(pipeline, store, self.run_id))
+        self.epoch = 0
+
+    def run_epoch(self) -> list[EpochResult]:
+        for rt in self.runtimes:
+            if rt.context.take_reconfiguration_request():
+                rt.configure_tasks()
+        specs = [spec for rt in self.runtimes for spec in rt.specs(self.epoch, self.stop_file)]
+        if not specs:
+            return []
+        results = self.executor.run(specs, f"epoch {self.epoch}")
+        by_name = {rt.name: rt for rt in self.runtimes}
+        for result in results:
+            by_name[result.connector].apply(result)
+        if self.on_epoch:
+            self.on_epoch(self.epoch, results, self.runtimes)
+        self.epoch += 1
+        return results
+
+    def any_running(self) -> bool:
+        return any(t.state == RUNNING for rt in self.runtimes for t in rt.tasks) or any(
+            not rt.tasks for rt in self.runtimes)
+
+    def run(self, stop: threading.Event, *, max_epochs: int | None = None, idle_wait: float = 1.0) -> int:
+        """Run epochs until ``stop`` is set; return 0, or 1 when every task pair has failed."""
+        try:
+            while not stop.is_set():
+                if max_epochs is not None and self.epoch >= max_epochs:
+                    break
+                if not self.run_epoch():
+                    if not self.any_running():
+                        return 1
+                    stop.wait(idle_wait)  # no task pairs yet: wait for topics to appear
+            return 0 if self.any_running() else 1
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for rt in self.runtimes:
+            rt.stop()

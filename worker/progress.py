@@ -1,0 +1,41 @@
+"""Live progress lines for ``connect run``: one line per task pair per epoch, plus failures."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from connect.tasks.results import FAILED, EpochResult
+
+__all__ = ["ProgressPrinter", "format_result"]
+
+
+def _rate(n: float, seconds: float) -> str:
+    return f"{n / seconds:,.0f}"
+
+
+def format_result(r: EpochResult) -> str:
+    s = r.stats
+    lag = "?" if r.lag is None else f"{r.lag:,}"
+    line = (f"epoch {r.epoch:>4}  {r.connector}/{r.task}  {r.state:<7} {s.get('records', 0):>9,} rec "
+            f"{_rate(s.get('records', 0), r.duration):>9} rec/s {_rate(s.get('bytes', 0) / 1e6, r.duration):>5} MB/s "
+            f"lag {lag}  errors {s.get('errors', 0)}  age max {s.get('latency_ms_max', 0):,.0f} ms")
+    if r.restarted:
+        line += "  (started)"
+    return line
+
+
+class ProgressPrinter:
+    def __init__(self, out: TextIO = sys.stderr, quiet: bool = False):
+        self.out = out
+        self.quiet = quiet
+
+    def __call__(self, epoch: int, results: list[EpochResult], runtimes) -> None:
+        for r in sorted(results, key=lambda r: (r.connector, r.task)):
+            if not self.quiet or r.state == FAILED:
+                print(format_result(r), file=self.out)
+            if r.state == FAILED and r.trace:
+                print(f"task {r.connector}/{r.task} FAILED:\n{r.trace}", file=self.out)
+        if not self.quiet:
+            total = sum(t.records_total for rt in runtimes for t in rt.tasks)
+            print(f"epoch {epoch:>4}  total {total:,} records committed", file=self.out, flush=True)

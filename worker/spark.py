@@ -1,0 +1,59 @@
+"""SparkSession set-up and the executor that runs task-pair epochs as Spark partitions.
+
+Records never enter the JVM: each partition's Python function runs a whole epoch of one task pair
+inside a (reused) PySpark Python worker and returns only the small EpochResult.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from connect.tasks.partition import TaskPairSpec, run_task_pair_epoch
+from connect.tasks.results import EpochResult
+
+__all__ = ["build_spark", "SparkExecutor", "default_master"]
+
+_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+
+SPARK_DEFAULTS = {
+    "spark.python.worker.reuse": "true",  # keeps task pairs and their broker clients across epochs
+    "spark.ui.showConsoleProgress": "false",
+    "spark.log.level": "WARN",
+    "spark.task.maxFailures": "1",  # an epoch that fails is reported, not silently re-run
+    "spark.sql.shuffle.partitions": "1",
+}
+
+
+def default_master(total_task_pairs: int) -> str:
+    """Local mode with a slot per task pair (pairs are I/O-bound), at least one per core."""
+    return f"local[{max(total_task_pairs, os.cpu_count() or 1)}]"
+
+
+def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: str = "connect"):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    path = os.environ.get("PYTHONPATH", "")
+    if _PROJECT_ROOT not in path.split(os.pathsep):  # a source checkout that was not pip-installed
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, path) if p)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**SPARK_DEFAULTS, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(spark.conf.get("spark.log.level", "WARN"))
+    return spark
+
+
+class SparkExecutor:
+    def __init__(self, spark):
+        self.spark = spark
+        self.sc = spark.sparkContext
+
+    def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch") -> list[EpochResult]:
+        self.sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
+        rdd = self.sc.parallelize(list(specs), len(specs))
+        return rdd.map(run_task_pair_epoch).collect()
