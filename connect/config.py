@@ -182,11 +182,11 @@ class ConfigDef:
         importance: Importance = Importance.MEDIUM,
         validator: Validator | None = None,
         secret: bool = False,
-    ) -> "ConfigDef":
+    ) -> ConfigDef:
         self._add(ConfigKey(name, type, default, doc, importance, validator, secret))
         return self
 
-    def merge(self, other: "ConfigDef") -> "ConfigDef":
+    def merge(self, other: ConfigDef) -> ConfigDef:
         """A new ConfigDef holding this one's keys and then ``other``'s."""
         merged = ConfigDef(self._keys.values())
         for key in other.keys():

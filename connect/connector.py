@@ -82,6 +82,18 @@ class Connector:
 class SourceConnector(Connector):
     kind = "source"
 
+    def source_topics(self) -> Mapping[str, int] | None:
+        """Topics this connector reads, with their partition (or queue) counts, when known.
+
+        The worker hands them to the sink connector's ``prepare_topics`` before the tasks start
+        and after every reconfiguration, so targets can be created with matching partition
+        counts (MirrorMaker 2 does the same).
+        """
+        return None
+
 
 class SinkConnector(Connector):
     kind = "sink"
+
+    def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
+        """Make sure targets for these source topics exist (partition counts as given)."""

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import typer
 
@@ -48,9 +48,9 @@ def run(
     configs: List[Path] = typer.Argument(..., help="Connector JSON files ({\"name\":..., \"config\":{...}})."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", envvar="CONNECT_DATA_DIR",
                                   help="Where offsets are kept; a restart resumes from them."),
-    master: Optional[str] = typer.Option(None, help="Spark master; default local[N], a slot per task pair."),
+    master: str | None = typer.Option(None, help="Spark master; default local[N], a slot per task pair."),
     spark_conf: List[str] = typer.Option([], "--spark-conf", help="Extra Spark setting KEY=VALUE (repeatable)."),
-    max_epochs: Optional[int] = typer.Option(None, help="Stop after this many epochs."),
+    max_epochs: int | None = typer.Option(None, help="Stop after this many epochs."),
     quiet: bool = typer.Option(False, help="Print failures only."),
 ) -> None:
     """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair."""

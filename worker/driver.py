@@ -77,6 +77,9 @@ class PipelineRuntime:
 
     def configure_tasks(self) -> None:
         max_tasks = self.pipeline.settings["tasks.max"]
+        topics = self.source_connector.source_topics()
+        if topics:
+            self.sink_connector.prepare_topics(topics)
         source_cfgs = self.source_connector.task_configs(max_tasks)[:max_tasks]
         sink_cfgs = self.sink_connector.task_configs(max(len(source_cfgs), 1)) or [_own_keys(self.pipeline.sink_config)]
         converters = {k: v for k, v in self.pipeline.source_config.items() if k in SIDE_CONFIG}

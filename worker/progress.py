@@ -21,7 +21,7 @@ def format_result(r: EpochResult) -> str:
             f"{_rate(s.get('records', 0), r.duration):>9} rec/s {_rate(s.get('bytes', 0) / 1e6, r.duration):>5} MB/s "
             f"lag {lag}  errors {s.get('errors', 0)}  age max {s.get('latency_ms_max', 0):,.0f} ms")
     if r.restarted:
-        line += "  (started)"
+        line += f"  (started in pid {r.pid})"
     return line
 
 

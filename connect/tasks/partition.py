@@ -101,10 +101,13 @@ def _evict(key: tuple[str, int]) -> None:
 
 def run_task_pair_epoch(spec: TaskPairSpec) -> EpochResult:
     key = (spec.connector, spec.task)
-    for other in [k for k, c in _RUNNERS.items() if k[0] == spec.connector and c.generation != spec.generation]:
+    # Every pair runs once per epoch, somewhere. A runner cached here for another pair will be
+    # stale when that pair comes back (it ran elsewhere meanwhile), so release it now: that
+    # unassigns its consumer (no idle prefetching) and returns its clients to the pool.
+    for other in [k for k in _RUNNERS if k != key]:
         _evict(other)
     cached = _RUNNERS.get(key)
-    if cached is not None and cached.last_epoch != spec.prev_epoch:
+    if cached is not None and (cached.last_epoch != spec.prev_epoch or cached.generation != spec.generation):
         _evict(key)
         cached = None
     restarted = cached is None

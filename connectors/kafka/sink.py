@@ -3,8 +3,10 @@
 - Target topic: ``topic`` (fixed) or ``topic.template`` (default ``{topic}``: same name).
 - Partition: the record's partition hint (the source partition number) when the target topic
   has that partition, otherwise librdkafka's murmur2 partitioner on the key (Java-compatible).
-- A missing target topic is created (``topic.creation.enable``) with ``topic.creation.partitions``
-  partitions, or as many as the highest source partition seen in the batch + 1.
+- Missing target topics are created (``topic.creation.enable``) before the tasks start, with the
+  source topic's partition count (or ``topic.creation.partitions``), and grown when the source
+  grows (where the broker supports CreatePartitions); a topic first seen in a batch is created
+  with the highest partition hint seen + 1.
 - Every delivery report is checked: the producer reports failures only
   (``delivery.report.only.error``), ``flush`` waits until librdkafka holds no message, and each
   failure is matched back to its record and reported to the runner - never dropped.
@@ -17,7 +19,6 @@ from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import NewTopic
 
 from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
@@ -26,6 +27,7 @@ from connect.records import ConnectRecord
 from connect.sink import SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.kafka.clients import POOL, client_config
+from connectors.kafka.topics import TargetTopics
 
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 
@@ -60,6 +62,20 @@ class KafkaSinkConnector(SinkConnector):
     def config_def(cls) -> ConfigDef:
         return CONFIG
 
+    def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
+        """Create each target topic with its source's partition count (or grow it), as MM2 does."""
+        cfg = CONFIG.parse(self.config)
+        route = TopicRouter(cfg)
+        admin_conf = client_config(self.config, "admin")
+        admin = POOL.acquire("admin", "connector", admin_conf)
+        try:
+            topics = TargetTopics(admin, cfg)
+            existing = topics.partition_counts()
+            for topic, partitions in source_topics.items():
+                topics.ensure(route(topic), partitions, existing)
+        finally:
+            POOL.release("admin", "connector", admin_conf, admin)
+
     @classmethod
     def task_class(cls) -> type:
         return KafkaSinkTask
@@ -77,6 +93,7 @@ class KafkaSinkTask(SinkTask):
         self._producer = POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
+        self._topics = TargetTopics(self._admin, cfg)
         self._partitions: dict[str, int] = {}
         self._in_flight: list[ConnectRecord] = []
         self._warned_small: set[str] = set()
@@ -87,39 +104,13 @@ class KafkaSinkTask(SinkTask):
 
     # -- topics ---------------------------------------------------------------------------
     def _partition_count(self, topic: str, batch: Sequence[ConnectRecord]) -> int:
+        """Target partition count, creating the topic if needed (sources without source_topics)."""
         count = self._partitions.get(topic)
-        if count is not None:
-            return count
-        count = self._describe(topic)
-        if count == 0:
-            if not self._cfg["topic.creation.enable"]:
-                raise ConnectError(f"target topic {topic!r} does not exist and topic.creation.enable=false")
-            wanted = self._cfg["topic.creation.partitions"]
-            if wanted <= 0:
-                wanted = max((r.partition for r in batch if r.partition is not None), default=0) + 1
-            self._create(topic, wanted)
-            count = self._describe(topic) or wanted
-        self._partitions[topic] = count
+        if count is None:
+            seen = max((r.partition for r in batch if r.partition is not None), default=0) + 1
+            count = self._topics.ensure(topic, seen)
+            self._partitions[topic] = count
         return count
-
-    def _describe(self, topic: str) -> int:
-        try:
-            md = self._admin.list_topics(timeout=10)
-        except KafkaException as exc:
-            raise RetriableError(f"cannot read target metadata: {exc}") from exc
-        entry = md.topics.get(topic)
-        return len(entry.partitions) if entry is not None and entry.error is None else 0
-
-    def _create(self, topic: str, partitions: int) -> None:
-        rf = self._cfg["topic.creation.replication.factor"]
-        futures = self._admin.create_topics([NewTopic(topic, partitions, rf)], request_timeout=15)
-        for name, future in futures.items():
-            try:
-                future.result()
-                log.info("created target topic %s with %d partition(s)", name, partitions)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise ConnectError(f"cannot create target topic {name!r}: {exc.args[0].str()}") from exc
 
     # -- data -----------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
@@ -136,24 +127,37 @@ class KafkaSinkTask(SinkTask):
             if count is None:
                 count = self._partition_count(topic, records)
             part = r.partition
-            if part is None or not preserve or part >= count:
-                if part is not None and preserve and topic not in self._warned_small:
-                    self._warned_small.add(topic)
-                    log.warning("target topic %s has %d partition(s), fewer than the source; "
-                                "records beyond them are partitioned by key", topic, count)
+            if part is None or not preserve:
+                part = -1
+            elif part >= count:
+                self._warn_fewer_partitions(topic, count)
                 part = -1
             headers = r.headers
             if headers is not None and headers.__class__ is not list:
                 headers = list(headers)
-            while True:
-                try:
-                    produce(topic, r.value, r.key, partition=part, on_delivery=on_delivery,
-                            timestamp=r.timestamp or 0, headers=headers)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)  # queue full: wait for acknowledgements
+            try:
+                produce(topic, r.value, r.key, partition=part, on_delivery=on_delivery,
+                        timestamp=r.timestamp or 0, headers=headers)
+            except BufferError:  # queue full: wait for acknowledgements, then send it
+                self._produce_when_room(topic, r, part, headers)
         self._in_flight.extend(records)
         self._producer.poll(0)
+
+    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers) -> None:
+        while True:
+            self._producer.poll(0.05)
+            try:
+                self._producer.produce(topic, r.value, r.key, partition=part, on_delivery=self._on_delivery,
+                                       timestamp=r.timestamp or 0, headers=headers)
+                return
+            except BufferError:
+                continue
+
+    def _warn_fewer_partitions(self, topic: str, count: int) -> None:
+        if topic not in self._warned_small:
+            self._warned_small.add(topic)
+            log.warning("target topic %s has %d partition(s), fewer than the source; "
+                        "records beyond them are partitioned by key", topic, count)
 
     def flush(self, offsets) -> None:
         deadline_s = self._cfg["flush.timeout.ms"] / 1000

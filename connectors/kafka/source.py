@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaExcep
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
-from connect.records import ConnectRecord
+from connect.records import ConnectRecord, make_record
 from connect.source import SourceTask
 from connectors.kafka.clients import POOL, client_config
 
@@ -47,7 +47,7 @@ CONFIG = (
             "Where partitions without a committed offset start: earliest, latest or timestamp.",
             validator=one_of("earliest", "latest", "timestamp"))
     .define("start.timestamp.ms", Type.INT, -1, "With start.position=timestamp: epoch milliseconds to start at.")
-    .define("poll.batch.size", Type.INT, 5000, "Most records per poll.", validator=at_least(1))
+    .define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
     .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
     .define("refresh.topics.interval.ms", Type.INT, 10_000,
             "How often the connector looks for new topics and partitions; 0 disables.", validator=at_least(0))
@@ -83,9 +83,11 @@ class KafkaSourceConnector(SourceConnector):
             issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
         elif config.get("topics") and config.get("topics.regex"):
             issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
-        if config.get("start.position", "").lower() == "timestamp" and int(config.get("start.timestamp.ms", -1) or -1) < 0:
-            issues.append(ConfigIssue("start.timestamp.ms", config.get("start.timestamp.ms"),
-                                      "must be >= 0 when start.position=timestamp"))
+        if str(config.get("start.position", "")).lower() == "timestamp":
+            raw = config.get("start.timestamp.ms")
+            if raw is None or not str(raw).strip().isdigit():
+                issues.append(ConfigIssue("start.timestamp.ms", raw,
+                                          "must be epoch milliseconds >= 0 when start.position=timestamp"))
         return issues
 
     @classmethod
@@ -136,6 +138,14 @@ class KafkaSourceConnector(SourceConnector):
             if changed and self.context is not None:
                 log.info("source partitions changed (%d now); requesting task reconfiguration", len(current))
                 self.context.request_task_reconfiguration()
+
+    def source_topics(self) -> dict[str, int]:
+        with self._lock:
+            partitions = list(self._partitions)
+        counts: dict[str, int] = {}
+        for topic, part in partitions:
+            counts[topic] = max(counts.get(topic, 0), part + 1)
+        return counts
 
     def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
         with self._lock:
@@ -212,13 +222,15 @@ class KafkaSourceTask(SourceTask):
         out = []
         append = out.append
         sp_by_topic = self._sp
+        record = make_record
         for m in msgs:
             if m.error() is not None:
                 self._message_error(m)
                 continue
             part = m.partition()
-            append(ConnectRecord(m.topic(), m.key(), m.value(), m.headers(), m.timestamp()[1],
-                                 sp_by_topic[m.topic()][part], {"offset": m.offset()}, part))
+            topic = m.topic()
+            append(record(topic, m.key(), m.value(), m.headers(), m.timestamp()[1],
+                          sp_by_topic[topic][part], {"offset": m.offset()}, part))
         if self._ts_floor:
             out = self._drop_before_start(out)
         return out

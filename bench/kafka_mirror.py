@@ -1,0 +1,147 @@
+"""Kafka -> Kafka mirror throughput: raw confluent-kafka loop vs the framework (1 and 2 tasks).
+
+Everything runs in one process against the same two embedded tansu brokers and the same source
+topic (2 partitions), so the ratios compare like with like:
+
+- raw: one consume -> produce loop (same producer settings as the sink: idempotent, acks=all,
+  delivery reports checked), timed from client creation to the final flush;
+- framework, 1 task and 2 tasks: one epoch of the pipeline through the Spark driver, timed from
+  job submission until the driver has the committed offsets (task start, flush and Spark job
+  overhead included). The Spark session and its Python workers are started before timing.
+
+Usage: python bench/kafka_mirror.py [--records 200000] [--rounds 2] [--value-size 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from connect.pipeline import parse_pipeline  # noqa: E402
+from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
+from worker.driver import Driver  # noqa: E402
+from worker.embedded import EmbeddedKafka  # noqa: E402
+from worker.spark import SparkExecutor, build_spark  # noqa: E402
+from worker.store import OffsetStore  # noqa: E402
+
+PARTITIONS = 2
+
+
+def produce_source(bootstrap: str, topic: str, records: int, value_size: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+        f.result()
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    value = b"v" * value_size
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, str(i).encode(), partition=i % PARTITIONS, headers=[("i", b"1")])
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+
+
+def raw_loop(src: str, dst: str, topic: str, target: str, records: int) -> float:
+    t0 = time.perf_counter()
+    errors = []
+    consumer = Consumer({"bootstrap.servers": src, "group.id": "raw", "enable.auto.commit": False,
+                         "queued.max.messages.kbytes": 32768, "fetch.wait.max.ms": 100})
+    producer = Producer({"bootstrap.servers": dst, **PRODUCER_DEFAULTS})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+
+    produce = producer.produce
+    n = 0
+    while n < records:
+        for m in consumer.consume(5000, 0.1):
+            if m.error() is not None:
+                raise RuntimeError(m.error())
+            while True:
+                try:
+                    produce(target, m.value(), m.key(), partition=m.partition(), on_delivery=on_delivery,
+                            timestamp=m.timestamp()[1], headers=m.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            n += 1
+        producer.poll(0)
+    while producer.flush(1.0):
+        pass
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    assert not errors, errors[:3]
+    return elapsed
+
+
+def framework_epoch(spark, src: str, dst: str, topic: str, target: str, records: int, tasks: int) -> float:
+    pipeline = parse_pipeline({"name": f"bench-{target}", "config": {
+        "source.connector.class": "kafka", "source.bootstrap.servers": src, "source.topics": topic,
+        "source.refresh.topics.interval.ms": "0",
+        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target,
+        "tasks.max": str(tasks), "epoch.max.ms": "600000", "epoch.max.records": str(records // tasks),
+        "max.in.flight.records": "100000"}})
+    with tempfile.TemporaryDirectory() as data:
+        store = OffsetStore(data)
+        driver = Driver(SparkExecutor(spark), store, [pipeline])
+        t0 = time.perf_counter()
+        results = driver.run_epoch()
+        elapsed = time.perf_counter() - t0
+        driver.close()
+        store.close()
+    moved = sum(r.stats["records"] for r in results)
+    failed = [r.trace for r in results if r.state != "RUNNING"]
+    assert not failed, failed[0]
+    assert moved == records, f"framework moved {moved} of {records}"
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--value-size", type=int, default=100)
+    args = ap.parse_args()
+    records = args.records - args.records % PARTITIONS
+
+    with EmbeddedKafka() as a, EmbeddedKafka() as b:
+        topic = "bench-source"
+        print(f"producing {records:,} records ({args.value_size} B values, {PARTITIONS} partitions)...", flush=True)
+        produce_source(a.bootstrap, topic, records, args.value_size)
+        spark = build_spark("local[2]", {"spark.ui.enabled": "false"}, app_name="bench")
+        spark.sparkContext.parallelize(range(2), 2).map(lambda x: x).collect()  # start Python workers
+        times: dict[str, list[float]] = {"raw": [], "fw1": [], "fw2": []}
+        for rnd in range(args.rounds):
+            times["raw"].append(raw_loop(a.bootstrap, b.bootstrap, topic, f"raw-{rnd}", records))
+            times["fw1"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw1-{rnd}", records, 1))
+            times["fw2"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw2-{rnd}", records, 2))
+            print(f"round {rnd + 1}: " + "  ".join(f"{k} {records / v[-1]:,.0f} msg/s" for k, v in times.items()),
+                  flush=True)
+        spark.stop()
+
+    rate = {k: records / statistics.median(v) for k, v in times.items()}
+    print()
+    print(f"records per run           {records:,}")
+    print(f"raw confluent-kafka loop  {rate['raw']:>10,.0f} msg/s")
+    print(f"framework, 1 task         {rate['fw1']:>10,.0f} msg/s")
+    print(f"framework, 2 tasks        {rate['fw2']:>10,.0f} msg/s")
+    print(f"ratio 1 task / raw        {rate['fw1'] / rate['raw']:.2f}   (target >= 0.85)")
+    print(f"ratio 2 tasks / 1 task    {rate['fw2'] / rate['fw1']:.2f}   (target >= 1.6)")
+
+
+if __name__ == "__main__":
+    main()

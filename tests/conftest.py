@@ -1,0 +1,40 @@
+"""Session-scoped fixtures: real tansu brokers on free loopback ports and one SparkSession."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from worker.embedded import EmbeddedKafka  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def kafka_pair(tmp_path_factory):
+    """Two independent Kafka-compatible clusters: (source, target)."""
+    logs = tmp_path_factory.mktemp("tansu")
+    a = EmbeddedKafka(log_path=logs / "a.log").start()
+    b = EmbeddedKafka(log_path=logs / "b.log").start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from worker.spark import build_spark
+
+    session = build_spark("local[4]", {"spark.ui.enabled": "false", "spark.driver.memory": "1g"}, app_name="tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique(request):
+    """A topic/connector name unique to the test."""
+    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")
+    return f"{name}-{os.getpid()}"

@@ -1,0 +1,191 @@
+"""connect.tasks.partition: per-process runner cache keyed by (connector, task), prev_epoch, generation."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import attrs
+import pytest
+
+from connect.pipeline import PIPELINE_CONFIG
+from connect.records import partition_key
+from connect.tasks import partition
+from connect.tasks.partition import TaskPairSpec, run_task_pair_epoch, stop_all_cached
+from connect.tasks.results import FAILED, RUNNING
+from connect.testing import MemorySinkTask, MemorySourceTask
+
+_ids = itertools.count()
+P0 = partition_key({"topic": "memory", "partition": 0})
+
+
+class TrackedSource(MemorySourceTask):
+    instances: list[TrackedSource] = []
+
+    def __init__(self):
+        super().__init__()
+        self.stopped = False
+        TrackedSource.instances.append(self)
+
+    def stop(self):
+        self.stopped = True
+
+
+class ExplodingSource(MemorySourceTask):
+    def start(self, config, context):
+        raise RuntimeError("source cannot start: boom")
+
+
+@pytest.fixture(autouse=True)
+def clean_cache():
+    stop_all_cached()
+    TrackedSource.instances.clear()
+    yield
+    stop_all_cached()
+    TrackedSource.instances.clear()
+
+
+@pytest.fixture
+def sink_name(request):
+    name = f"unit-part-{request.node.name}-{next(_ids)}"
+    MemorySinkTask.written.pop(name, None)
+    yield name
+    MemorySinkTask.written.pop(name, None)
+
+
+@pytest.fixture
+def spec(sink_name):
+    settings = PIPELINE_CONFIG.parse({"epoch.max.ms": 300, "epoch.max.records": 3, "errors.retry.timeout": 200})
+
+    def make(epoch: int, prev_epoch: int | None, *, generation: str = "g1", offsets=None, task: int = 0,
+             connector: str = "conn", source_task_class=TrackedSource, source_config=None, dlq_config=None,
+             stop_file=None) -> TaskPairSpec:
+        return TaskPairSpec(
+            connector=connector, task=task, epoch=epoch, prev_epoch=prev_epoch, generation=generation,
+            source_task_class=source_task_class,
+            source_config=source_config if source_config is not None else {"records": "12", "batch.size": "3"},
+            sink_task_class=MemorySinkTask, sink_config={"name": sink_name}, dlq_config=dlq_config,
+            settings=settings, offsets=offsets or {}, stop_file=stop_file)
+
+    return make
+
+
+def offsets_written(sink_name) -> list[int]:
+    return [r.source_offset["offset"] for r in MemorySinkTask.written.get(sink_name, [])]
+
+
+def test_second_epoch_reuses_the_cached_runner(spec, sink_name):
+    first = run_task_pair_epoch(spec(1, None))
+    assert first.state == RUNNING, first.trace
+    assert first.restarted is True
+    assert first.pid == os.getpid()
+    assert first.offsets == {P0: {"offset": 2}}
+    second = run_task_pair_epoch(spec(2, 1, offsets=first.offsets))
+    assert second.state == RUNNING, second.trace
+    assert second.restarted is False
+    assert second.pid == first.pid
+    assert second.offsets == {P0: {"offset": 5}}
+    assert len(TrackedSource.instances) == 1  # no new task was built
+    assert offsets_written(sink_name) == list(range(6))
+
+
+def test_wrong_prev_epoch_restarts_from_spec_offsets(spec, sink_name):
+    first = run_task_pair_epoch(spec(1, None))
+    # the driver says the last persisted epoch of this pair was 7 (it ran elsewhere meanwhile)
+    restarted = run_task_pair_epoch(spec(8, 7, offsets={P0: {"offset": 8}}))
+    assert restarted.state == RUNNING, restarted.trace
+    assert restarted.restarted is True
+    assert len(TrackedSource.instances) == 2
+    assert TrackedSource.instances[0].stopped  # the stale runner was stopped
+    assert restarted.offsets == {P0: {"offset": 11}}  # resumed after the spec's offset 8
+    assert offsets_written(sink_name) == [0, 1, 2, 9, 10, 11]
+    assert first.restarted is True
+
+
+def test_changed_generation_restarts(spec):
+    run_task_pair_epoch(spec(1, None))
+    result = run_task_pair_epoch(spec(2, 1, generation="g2", offsets={P0: {"offset": 2}}))
+    assert result.state == RUNNING, result.trace
+    assert result.restarted is True
+    assert TrackedSource.instances[0].stopped
+    # and the new generation is cached in turn
+    again = run_task_pair_epoch(spec(3, 2, generation="g2", offsets=result.offsets))
+    assert again.restarted is False
+    assert len(TrackedSource.instances) == 2
+
+
+def test_task_whose_start_raises_returns_failed_result(spec):
+    result = run_task_pair_epoch(spec(1, None, source_task_class=ExplodingSource))
+    assert result.state == FAILED
+    assert result.restarted is True
+    assert result.offsets == {}
+    assert result.stats == {}
+    assert (result.connector, result.task, result.epoch) == ("conn", 0, 1)
+    assert "RuntimeError: source cannot start: boom" in result.trace
+    assert result.pid == os.getpid()
+    assert partition._RUNNERS == {}
+
+
+def test_invalid_source_config_returns_failed_result(spec):
+    result = run_task_pair_epoch(spec(1, None, source_config={"records": "lots"}))
+    assert result.state == FAILED
+    assert "ConfigError" in result.trace
+    assert "records: invalid value 'lots'" in result.trace
+
+
+def test_failed_epoch_evicts_the_runner(spec):
+    run_task_pair_epoch(spec(1, None))
+    TrackedSource.instances[0].poll_failures = 10_000  # the cached task starts failing
+    failed = run_task_pair_epoch(spec(2, 1))
+    assert failed.state == FAILED
+    assert "source poll still failing" in failed.trace
+    assert partition._RUNNERS == {}
+    assert TrackedSource.instances[0].stopped
+    # the next epoch starts over, even with the "right" prev_epoch
+    fresh = run_task_pair_epoch(spec(3, 2, offsets={P0: {"offset": 2}}))
+    assert fresh.state == RUNNING
+    assert fresh.restarted is True
+
+
+def test_another_pair_evicts_the_cached_one(spec):
+    run_task_pair_epoch(spec(1, None, task=0))
+    other = run_task_pair_epoch(spec(1, None, task=1))
+    assert other.restarted is True
+    assert set(partition._RUNNERS) == {("conn", 1)}
+    assert TrackedSource.instances[0].stopped
+    back = run_task_pair_epoch(spec(2, 1, task=0))
+    assert back.restarted is True
+
+
+def test_stop_file_ends_the_epoch(spec, tmp_path):
+    stop = tmp_path / "stop"
+    stop.write_text("")
+    result = run_task_pair_epoch(spec(1, None, stop_file=str(stop)))
+    assert result.state == RUNNING
+    assert result.stats["records"] == 0
+
+
+def test_dlq_config_builds_a_dead_letter_writer(spec, sink_name):
+    dlq_name = f"{sink_name}-dlq"
+    MemorySinkTask.written.pop(dlq_name, None)
+    try:
+        base = spec(1, None, dlq_config={"name": dlq_name, "topic": "dead"})
+        # the main sink rejects offset 1 forever
+        dlq_spec = attrs.evolve(base, sink_config={"name": sink_name, "reject.values": "^memory-0-1$"})
+        result = run_task_pair_epoch(dlq_spec)
+        assert result.state == RUNNING, result.trace
+        assert result.stats["dead_lettered"] == 1
+        assert result.offsets == {P0: {"offset": 2}}
+        [dead] = MemorySinkTask.written[dlq_name]
+        assert dead.topic == "dead" and dead.value == b"memory-0-1"
+        assert dict(dead.headers)["__connect.errors.connector.name"] == b"conn"
+    finally:
+        MemorySinkTask.written.pop(dlq_name, None)
+
+
+def test_stop_all_cached_stops_runners(spec):
+    run_task_pair_epoch(spec(1, None))
+    assert set(partition._RUNNERS) == {("conn", 0)}
+    stop_all_cached()
+    assert partition._RUNNERS == {}
+    assert TrackedSource.instances[0].stopped
