@@ -61,12 +61,14 @@ Validator = Callable[[Any], "str | None"]
 
 
 def one_of(*allowed: str, case_sensitive: bool = False) -> Validator:
-    norm = allowed if case_sensitive else tuple(a.lower() for a in allowed)
+    """Value must be one of ``allowed``; parsing returns the allowed spelling (``ALL`` -> ``all``)."""
+    canonical = {(a if case_sensitive else a.lower()): a for a in allowed}
 
     def check(value: Any) -> str | None:
         v = value if case_sensitive else str(value).lower()
-        return None if v in norm else f"must be one of {', '.join(allowed)}"
+        return None if v in canonical else f"must be one of {', '.join(allowed)}"
 
+    check.canonical = lambda value: canonical[value if case_sensitive else str(value).lower()]  # type: ignore[attr-defined]
     return check
 
 
@@ -217,6 +219,9 @@ class ConfigDef:
             problem = key.validator(value)
             if problem:
                 return None, ConfigIssue(key.name, shown, problem)
+            canonical = getattr(key.validator, "canonical", None)
+            if canonical is not None:
+                value = canonical(value)
         return value, None
 
     def validate(self, config: Mapping[str, Any]) -> list[ConfigIssue]:

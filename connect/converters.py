@@ -50,10 +50,14 @@ class StringConverter(Converter):
     def from_bytes(self, data: Any) -> Any:
         if data is None or isinstance(data, str):
             return data
-        try:
-            return bytes(data).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConversionError(f"not valid UTF-8 at byte {exc.start}") from None
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            try:
+                return bytes(data).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConversionError(f"not valid UTF-8 at byte {exc.start}") from None
+        if isinstance(data, (int, float, bool)):
+            return str(data)
+        raise ConversionError(f"string converter cannot decode {type(data).__name__}; use the 'json' converter")
 
     def to_bytes(self, obj: Any) -> bytes | None:
         if obj is None or isinstance(obj, bytes):

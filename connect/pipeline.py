@@ -37,7 +37,8 @@ PIPELINE_CONFIG = (
             importance=Importance.HIGH, validator=at_least(1))
     .define("epoch.max.ms", Type.INT, 10_000, "Longest epoch: offsets are committed at least this often.",
             validator=at_least(10))
-    .define("epoch.max.records", Type.INT, 1_000_000, "Most records one task pair moves per epoch.",
+    .define("epoch.max.records", Type.INT, 1_000_000, "The epoch ends once a task pair moved this many records "
+            "(the last poll's batch is always completed).",
             validator=at_least(1))
     .define("max.in.flight.records", Type.INT, 100_000,
             "Records put to the sink but not yet acknowledged before polling pauses for a flush.",

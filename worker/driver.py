@@ -72,6 +72,8 @@ class PipelineRuntime:
             self.source_connector.stop()
             raise
         self.tasks: list[TaskState] = []
+        self.records_total = 0  # across reconfigurations
+        self.errors_total = 0
         self.generation = ""
         self.configure_tasks()
 
@@ -113,6 +115,8 @@ class PipelineRuntime:
         task.last = result
         task.records_total += result.stats.get("records", 0)
         task.errors_total += result.stats.get("errors", 0)
+        self.records_total += result.stats.get("records", 0)
+        self.errors_total += result.stats.get("errors", 0)
         if result.state == FAILED:
             task.state = FAILED
             task.trace = result.trace

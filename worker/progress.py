@@ -37,5 +37,5 @@ class ProgressPrinter:
             if r.state == FAILED and r.trace:
                 print(f"task {r.connector}/{r.task} FAILED:\n{r.trace}", file=self.out)
         if not self.quiet:
-            total = sum(t.records_total for rt in runtimes for t in rt.tasks)
+            total = sum(rt.records_total for rt in runtimes)
             print(f"epoch {epoch:>4}  total {total:,} records committed", file=self.out, flush=True)

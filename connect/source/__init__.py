@@ -76,6 +76,16 @@ class SourceTask:
     def stop(self) -> None:
         """Release resources. Called once, possibly while ``poll`` is not running."""
 
+    def start_offsets(self) -> Mapping[str, SourceOffset]:
+        """Offsets to persist for partitions this task positioned (latest, a timestamp...) but
+        read nothing from yet, keyed by ``partition_key``; the last offset *before* the start.
+
+        Without them a restart before the first record would resolve "latest" again and could
+        skip records written meanwhile. The runner persists them once, for partitions that have
+        no committed offset.
+        """
+        return {}
+
     def lag(self) -> int | None:
         """Records known to be waiting in the source for this task, if the source can tell."""
         return None

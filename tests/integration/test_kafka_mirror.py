@@ -1,0 +1,181 @@
+"""Kafka -> Kafka through the real driver, Spark partitions and two tansu brokers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kafka_util import consume_all, create_topic, produce
+from pipeline_util import kafka_pipeline, make_driver, run_until
+
+
+def _by_partition(msgs):
+    out = defaultdict(list)
+    for m in msgs:
+        out[m.partition()].append(m)
+    return out
+
+
+def test_mirror_100k_records_keeps_keys_headers_timestamps_partitions_and_order(kafka_pair, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    topic, n, parts = f"orders-{unique}", 100_000, 3
+    create_topic(src.bootstrap, topic, parts)
+    produce(src.bootstrap, topic, n, parts)
+    driver = make_driver(spark, tmp_path, kafka_pipeline(unique, src.bootstrap, dst.bootstrap,
+                                                         **{"source.topics": topic, "tasks.max": 2}))
+    try:
+        assert len(driver.runtimes[0].tasks) == 2  # 3 partitions divided over 2 task pairs
+        assert run_until(driver, n) == n
+    finally:
+        driver.close()
+    mirrored = consume_all(dst.bootstrap, topic, range(parts), n)
+    assert len(mirrored) == n
+    for part, msgs in _by_partition(mirrored).items():
+        indexes = [int(m.value().decode().rsplit("-", 1)[1]) for m in msgs]
+        assert indexes == list(range(part, n, parts)), f"partition {part} out of order or incomplete"
+        for m, i in zip(msgs, indexes, strict=True):
+            assert m.key() == f"key-{i}".encode()
+            assert m.timestamp()[1] == 1_700_000_000_000 + i
+            assert m.headers() == [("idx", str(i).encode()), ("src", b"test")]
+
+
+def test_stop_and_restart_resumes_without_loss_or_duplicates(kafka_pair, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    topic, parts = f"resume-{unique}", 2
+    create_topic(src.bootstrap, topic, parts)
+    produce(src.bootstrap, topic, 3000, parts)
+    pipeline = kafka_pipeline(unique, src.bootstrap, dst.bootstrap,
+                              **{"source.topics": topic, "sink.topic.template": "copy.{topic}"})
+    first = make_driver(spark, tmp_path, pipeline)
+    try:
+        run_until(first, 3000)
+    finally:
+        first.close()
+    produce(src.bootstrap, topic, 2000, parts, start=3000)
+    second = make_driver(spark, tmp_path, pipeline)  # same data dir: resumes from stored offsets
+    try:
+        assert run_until(second, 2000) == 2000  # only the new records are moved
+    finally:
+        second.close()
+    mirrored = consume_all(dst.bootstrap, f"copy.{topic}", range(parts), 5000)
+    values = sorted(int(m.value().decode().rsplit("-", 1)[1]) for m in mirrored)
+    assert values == list(range(5000))
+
+
+def test_new_topics_matching_the_regex_are_picked_up(kafka_pair, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    prefix = f"auto-{unique}"
+    create_topic(src.bootstrap, f"{prefix}-a", 1)
+    produce(src.bootstrap, f"{prefix}-a", 100, 1)
+    pipeline = kafka_pipeline(unique, src.bootstrap, dst.bootstrap,
+                              **{"source.topics.regex": f"{prefix}-.*", "sink.topic.template": "m.{topic}",
+                                 "epoch.max.ms": 700})
+    driver = make_driver(spark, tmp_path, pipeline)
+    try:
+        run_until(driver, 100)
+        create_topic(src.bootstrap, f"{prefix}-b", 2)
+        produce(src.bootstrap, f"{prefix}-b", 300, 2)
+        run_until(driver, 400, max_epochs=40)
+        assert sorted(t.source_config["task.assignment"] for t in driver.runtimes[0].tasks) == [
+            f"{prefix}-a:0,{prefix}-b:0,{prefix}-b:1"]
+    finally:
+        driver.close()
+    assert len(consume_all(dst.bootstrap, f"m.{prefix}-b", range(2), 300)) == 300
+
+
+def test_start_position_latest_and_timestamp(kafka_pair, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    topic = f"start-{unique}"
+    create_topic(src.bootstrap, topic, 1)
+    produce(src.bootstrap, topic, 500, 1)  # timestamps 1.7e12 + i
+    by_time = kafka_pipeline(f"{unique}-ts", src.bootstrap, dst.bootstrap,
+                             **{"source.topics": topic, "source.start.position": "timestamp",
+                                "source.start.timestamp.ms": 1_700_000_000_000 + 400, "sink.topic": f"{topic}-ts"})
+    driver = make_driver(spark, tmp_path / "ts", by_time)
+    try:
+        assert run_until(driver, 100) == 100
+    finally:
+        driver.close()
+    got = consume_all(dst.bootstrap, f"{topic}-ts", [0], 100)
+    assert [int(m.value().decode().rsplit("-", 1)[1]) for m in got] == list(range(400, 500))
+
+    # tansu answers "latest" as (base offset of the last stored batch + 1), so the last record
+    # before the start goes in a batch of its own to make its answer the true end.
+    single = f"{topic}-single"
+    create_topic(src.bootstrap, single, 1)
+    produce(src.bootstrap, single, 20, 1)
+    produce(src.bootstrap, single, 1, 1, start=20)
+    latest = kafka_pipeline(f"{unique}-latest", src.bootstrap, dst.bootstrap,
+                            **{"source.topics": single, "source.start.position": "latest", "sink.topic": f"{topic}-l"})
+    driver = make_driver(spark, tmp_path / "latest", latest)
+    try:
+        driver.run_epoch()  # resolves "latest" and persists it before any record arrives
+        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 20}]
+    finally:
+        driver.close()
+    produce(src.bootstrap, single, 50, 1, start=21)  # written while the connector is down
+    driver = make_driver(spark, tmp_path / "latest", latest)
+    try:
+        assert run_until(driver, 50) == 50  # nothing skipped by re-resolving "latest"
+    finally:
+        driver.close()
+    got = consume_all(dst.bootstrap, f"{topic}-l", [0], 50)
+    assert [int(m.value().decode().rsplit("-", 1)[1]) for m in got] == list(range(21, 71))
+
+
+def test_rejected_record_goes_to_dead_letter_topic_and_offsets_advance(kafka_pair, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    topic = f"dlq-{unique}"
+    create_topic(src.bootstrap, topic, 1)
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": src.bootstrap})
+    for i in range(10):
+        p.produce(topic, (b"x" * 5000) if i == 4 else f"small-{i}".encode(), key=str(i).encode(), partition=0)
+    assert p.flush(10) == 0
+    pipeline = kafka_pipeline(unique, src.bootstrap, dst.bootstrap, **{
+        "source.topics": topic, "sink.topic": f"{topic}-out",
+        "sink.producer.override.message.max.bytes": 2000,  # the 5000-byte record is refused
+        "dlq.producer.override.message.max.bytes": 1_000_000,
+        "errors.deadletterqueue.topic.name": f"{topic}-dlq", "errors.retry.timeout": 300})
+    driver = make_driver(spark, tmp_path, pipeline)
+    try:
+        results = driver.run_epoch()
+        assert [r.state for r in results] == ["RUNNING"]
+        assert results[0].stats["dead_lettered"] == 1 and results[0].stats["errors"] == 1
+        assert driver.runtimes[0].offsets  # offsets advanced past the dead-lettered record
+        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 9}]
+    finally:
+        driver.close()
+    out = consume_all(dst.bootstrap, f"{topic}-out", [0], 9)
+    assert [m.key() for m in out] == [str(i).encode() for i in range(10) if i != 4]
+    dead = consume_all(dst.bootstrap, f"{topic}-dlq", [0], 1)
+    assert len(dead) == 1 and dead[0].value() == b"x" * 5000
+    headers = dict(dead[0].headers())
+    assert headers["__connect.errors.topic"] == topic.encode()
+    assert headers["__connect.errors.offset"] == b"4"
+    assert b"MSG_SIZE_TOO_LARGE" in headers["__connect.errors.exception.message"]
+
+
+def test_rejected_record_without_tolerance_fails_the_task_and_keeps_its_offset(kafka_pair, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    topic = f"fail-{unique}"
+    create_topic(src.bootstrap, topic, 1)
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": src.bootstrap})
+    for i in range(5):
+        p.produce(topic, (b"x" * 5000) if i == 2 else b"ok", key=str(i).encode(), partition=0)
+    assert p.flush(10) == 0
+    pipeline = kafka_pipeline(unique, src.bootstrap, dst.bootstrap, **{
+        "source.topics": topic, "sink.topic": f"{topic}-out",
+        "sink.producer.override.message.max.bytes": 2000, "errors.retry.timeout": 300})
+    driver = make_driver(spark, tmp_path, pipeline)
+    try:
+        results = driver.run_epoch()
+        assert results[0].state == "FAILED"
+        assert f"{topic}[0]@{{'offset': 2}}" in results[0].trace
+        assert driver.runtimes[0].offsets == {}  # nothing committed past the failed record
+        assert driver.runtimes[0].tasks[0].state == "FAILED"
+        assert driver.run_epoch() == []  # a failed pair is not scheduled again
+    finally:
+        driver.close()

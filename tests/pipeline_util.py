@@ -1,0 +1,38 @@
+"""Run pipelines through the real driver and Spark executor inside the test process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from connect.pipeline import parse_pipeline
+from worker.driver import Driver
+from worker.spark import SparkExecutor
+from worker.store import OffsetStore
+
+
+def kafka_pipeline(name: str, source: str, target: str, **extra: Any):
+    config = {"source.connector.class": "kafka", "source.bootstrap.servers": source,
+              "sink.connector.class": "kafka", "sink.bootstrap.servers": target,
+              "epoch.max.ms": "1500", "source.refresh.topics.interval.ms": "500"}
+    config.update({k: str(v) for k, v in extra.items()})
+    return parse_pipeline({"name": name, "config": config})
+
+
+def make_driver(spark, data_dir: Path, *pipelines) -> Driver:
+    return Driver(SparkExecutor(spark), OffsetStore(data_dir), list(pipelines))
+
+
+def committed_total(driver: Driver) -> int:
+    return sum(rt.records_total for rt in driver.runtimes)
+
+
+def run_until(driver: Driver, expected: int, max_epochs: int = 60) -> int:
+    """Run epochs until ``expected`` records were committed; fail on any FAILED pair."""
+    for _ in range(max_epochs):
+        results = driver.run_epoch()
+        failed = [r.trace for r in results if r.state != "RUNNING"]
+        assert not failed, failed[0]
+        if committed_total(driver) >= expected:
+            return committed_total(driver)
+    raise AssertionError(f"only {committed_total(driver)} of {expected} records after {max_epochs} epochs")
