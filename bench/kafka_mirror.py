@@ -103,6 +103,9 @@ def framework_epoch(spark, src: str, dst: str, topic: str, target: str, records:
         elapsed = time.perf_counter() - t0
         driver.close()
         store.close()
+    inside = max(r.ended_at for r in results) - min(r.started_at for r in results)
+    print(f"    framework {tasks} task(s): {elapsed:.2f} s end to end, {inside:.2f} s inside the task pair epoch(s)",
+          flush=True)
     moved = sum(r.stats["records"] for r in results)
     failed = [r.trace for r in results if r.state != "RUNNING"]
     assert not failed, failed[0]

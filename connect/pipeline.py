@@ -17,6 +17,8 @@ Kafka Connect; numbers and booleans are accepted and turned into strings.
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -29,7 +31,8 @@ from connect.converters import CONVERTERS
 from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
 
-__all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file"]
+__all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file",
+           "resolve_env_references"]
 
 PIPELINE_CONFIG = (
     ConfigDef()
@@ -154,6 +157,36 @@ def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfi
     )
 
 
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def resolve_env_references(document: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """Replace ``${env:NAME}`` (or ``${env:NAME:-default}``) in config values, as Kafka Connect's
+    EnvVarConfigProvider does, so files can leave addresses and secrets to the environment.
+    Raises ConfigError naming every key whose variable is unset."""
+    environ = os.environ if environ is None else environ
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        return document
+    issues: list[ConfigIssue] = []
+
+    def substitute(key: str, value: str) -> str:
+        def one(match: re.Match) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in environ:
+                return environ[name]
+            if default is not None:
+                return default
+            issues.append(ConfigIssue(f'$.config["{key}"]', None, f"environment variable {name} is not set"))
+            return match.group(0)
+
+        return _ENV_REF.sub(one, value)
+
+    config = {k: substitute(k, v) if isinstance(v, str) else v for k, v in document["config"].items()}
+    if issues:
+        raise ConfigError(issues)
+    return {**document, "config": config}
+
+
 def load_pipeline_file(path: str | Path) -> PipelineConfig:
     path = Path(path)
     try:
@@ -164,4 +197,8 @@ def load_pipeline_file(path: str | Path) -> PipelineConfig:
         document = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc}", source=str(path)) from None
+    try:
+        document = resolve_env_references(document)
+    except ConfigError as exc:
+        raise ConfigError(exc.issues, source=str(path)) from None
     return parse_pipeline(document, source=str(path))

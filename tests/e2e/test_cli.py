@@ -1,0 +1,162 @@
+"""The ``connect`` CLI as a user runs it: separate processes, signals, kill -9, bad configs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from kafka_util import consume_all, create_topic, produce
+
+CLI = [sys.executable, "-m", "worker.cli"]
+
+
+def _cli(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, **kw)
+
+
+def _write(path: Path, document) -> Path:
+    path.write_bytes(orjson.dumps(document))
+    return path
+
+
+def _start(config: Path, data_dir: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([*CLI, "run", str(config), "--data-dir", str(data_dir),
+                             "--spark-conf", "spark.ui.enabled=false"],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _committed(data_dir: Path) -> int:
+    db = data_dir / "offsets.sqlite"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT offset FROM offsets").fetchall()
+    return sum(orjson.loads(r[0])["offset"] + 1 for r in rows)
+
+
+def _wait_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_kill_9_mid_stream_then_restart_loses_nothing(kafka_pair, tmp_path, unique):
+    src, dst = kafka_pair
+    topic, n, parts, per_epoch, tasks = f"crash-{unique}", 40_000, 2, 2_000, 2
+    create_topic(src.bootstrap, topic, parts)
+    produce(src.bootstrap, topic, n, parts)
+    config = _write(tmp_path / "crash.json", {"name": unique, "config": {
+        "source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap, "source.topics": topic,
+        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst.bootstrap, "sink.topic.template": "c.{topic}",
+        "tasks.max": str(tasks), "epoch.max.ms": "1000", "epoch.max.records": str(per_epoch)}})
+    data = tmp_path / "data"
+    first = _start(config, data, tmp_path / "first.log")
+    deadline = time.monotonic() + 120
+    while _committed(data) < 3 * per_epoch and time.monotonic() < deadline:
+        assert first.poll() is None, (tmp_path / "first.log").read_text()
+        time.sleep(0.1)
+    before = _committed(data)
+    assert 0 < before < n, "the crash must happen mid-stream"
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    if not _wait_gone(first.pid, 20):  # its JVM and Python workers exit when the driver dies
+        os.killpg(first.pid, signal.SIGKILL)
+        pytest.fail("Spark processes outlived the killed driver by 20 s")
+
+    second = _start(config, data, tmp_path / "second.log")
+    try:
+        deadline = time.monotonic() + 180
+        while _committed(data) < n and time.monotonic() < deadline:
+            assert second.poll() is None, (tmp_path / "second.log").read_text()
+            time.sleep(0.2)
+        assert _committed(data) == n
+    finally:
+        second.send_signal(signal.SIGTERM)
+        code = second.wait(60)
+    log = (tmp_path / "second.log").read_text()
+    assert code == 0, log
+    assert "finishing the epoch, flushing and committing" in log
+
+    mirrored = consume_all(dst.bootstrap, f"c.{topic}", range(parts), n)
+    values = [m.value() for m in mirrored]
+    assert set(values) == {f"value-{i}".encode() for i in range(n)}  # 0 lost
+    duplicates = len(values) - n
+    assert duplicates <= tasks * per_epoch, f"{duplicates} duplicates exceed one epoch"
+
+
+def test_sigterm_finishes_the_epoch_and_commits(kafka_pair, tmp_path, unique):
+    src, dst = kafka_pair
+    topic = f"term-{unique}"
+    create_topic(src.bootstrap, topic, 1)
+    produce(src.bootstrap, topic, 500, 1)
+    config = _write(tmp_path / "c.json", {"name": unique, "config": {
+        "source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap, "source.topics": topic,
+        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst.bootstrap, "epoch.max.ms": "60000"}})
+    proc = _start(config, tmp_path / "data", tmp_path / "run.log")
+    deadline = time.monotonic() + 60
+    while "total" not in (tmp_path / "run.log").read_text() and time.monotonic() < deadline:
+        if "starting Spark" in (tmp_path / "run.log").read_text():
+            break
+        time.sleep(0.1)
+    time.sleep(12)  # Spark started and the first (60 s) epoch is under way
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(60)
+    log = (tmp_path / "run.log").read_text()
+    assert code == 0, log
+    assert time.monotonic() - t0 < 30, "stop must not wait for the whole 60 s epoch"
+    assert _committed(tmp_path / "data") == 500, log
+
+
+def test_validate_reports_every_bad_key_and_exits_non_zero(tmp_path):
+    bad = _write(tmp_path / "bad.json", {"name": "bad", "config": {
+        "source.connector.class": "nope",
+        "sink.connector.class": "kafka",
+        "tasks.max": "zero",
+        "errors.tolerance": "some",
+        "epoch.max.msec": "10",
+        "sink.topic.template": "x.{name}"}})
+    result = _cli("validate", str(bad))
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("  - ")]
+    keys = [re.match(r"  - (\S+):", line).group(1) for line in lines]
+    assert sorted(keys) == sorted(["source.connector.class", "sink.bootstrap.servers", "tasks.max",
+                                   "errors.tolerance", "epoch.max.msec", "sink.topic.template"]), result.stderr
+    assert "'zero'" in result.stderr and "must be an integer" in result.stderr
+    assert "must be one of none, all" in result.stderr
+    assert "unknown source connector 'nope'" in result.stderr
+    assert "did you mean source.epoch.max.msec" in result.stderr
+    assert str(bad) in result.stderr
+
+
+def test_run_refuses_bad_configs_before_starting_anything(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"name": "x", "config": {')
+    missing_env = _write(tmp_path / "env.json", {"name": "y", "config": {
+        "source.connector.class": "memory", "sink.connector.class": "memory",
+        "sink.name": "${env:CONNECT_TEST_UNSET_VARIABLE}"}})
+    result = _cli("run", str(broken), str(missing_env), "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert f"{broken}: 1 configuration error" in result.stderr and "not valid JSON" in result.stderr
+    assert "environment variable CONNECT_TEST_UNSET_VARIABLE is not set" in result.stderr
+    assert "starting Spark" not in result.stderr
+
+
+def test_plugins_lists_builtin_connectors():
+    result = _cli("plugins")
+    assert result.returncode == 0
+    for name in ("kafka-source", "kafka-sink", "memory-source", "memory-sink"):
+        assert name in result.stdout
