@@ -89,7 +89,8 @@ class TaskPairRunner:
         self._stop_requested = stop_requested
         self._dlq_factory = dlq_factory
         self._reporter = ErrantRecordReporter()
-        self._opened: dict[int, Mapping[str, Any]] = {}
+        self._opened: dict[str, Mapping[str, Any]] = {}  # partition key -> partition
+        self._opened_ids: dict[int, Mapping[str, Any]] = {}
         self._wants_commit_record = type(source).commit_record is not SourceTask.commit_record
         self._failed = False
         self._known_offsets = set(offsets or ())
@@ -200,12 +201,27 @@ class TaskPairRunner:
         return out
 
     def _open_new_partitions(self, batch) -> None:
-        opened = self._opened
-        fresh = [r.source_partition for r in batch if id(r.source_partition) not in opened]
-        if fresh:
-            unique = {id(p): p for p in fresh}
-            opened.update(unique)
-            self.sink.open(list(unique.values()))
+        """Call ``sink.open`` once per new source partition.
+
+        Sources normally reuse one dict per partition, so identity finds known ones cheaply;
+        new identities are checked by canonical key. The identity cache keeps the dicts alive
+        (so an id cannot be reused by another partition) and is reset when it grows large, for
+        sources that build a new dict per record.
+        """
+        seen = self._opened_ids
+        fresh = [p for p in {id(r.source_partition): r.source_partition for r in batch}.items() if p[0] not in seen]
+        if not fresh:
+            return
+        if len(seen) > 10_000:
+            seen.clear()
+        new = {}
+        for ident, partition in fresh:
+            key = partition_key(partition)
+            seen[ident] = partition
+            if key not in self._opened:
+                self._opened[key] = new[key] = partition
+        if new:
+            self.sink.open(list(new.values()))
 
     def _commit_point(self, pending: dict[int, ConnectRecord], committed: dict, unacked: list | None,
                       conversion_failures: list, retry: RetryPolicy, handler: FailedRecordHandler,
@@ -242,8 +258,8 @@ class TaskPairRunner:
         for delay in retry.delays():
             stats.retries += len(failures)
             time.sleep(delay)
-            self.sink.put([r for r, _ in failures])
-            self.sink.flush({})
+            retry.call("sink put", lambda f=failures: self.sink.put([r for r, _ in f]))
+            retry.call("sink flush", lambda: self.sink.flush({}))
             failures = self._reporter.take()
             if not failures:
                 break

@@ -122,16 +122,21 @@ def test_start_position_latest_and_timestamp(kafka_pair, spark, tmp_path, unique
     assert [int(m.value().decode().rsplit("-", 1)[1]) for m in got] == list(range(21, 71))
 
 
+def produce_with_one_oversized(bootstrap: str, topic: str, count: int, oversized: int) -> None:
+    """``count`` small records keyed by index into a 1-partition topic; record ``oversized`` is 5000 B."""
+    from confluent_kafka import Producer
+
+    create_topic(bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        p.produce(topic, (b"x" * 5000) if i == oversized else f"small-{i}".encode(), key=str(i).encode(), partition=0)
+    assert p.flush(10) == 0
+
+
 def test_rejected_record_goes_to_dead_letter_topic_and_offsets_advance(kafka_pair, spark, tmp_path, unique):
     src, dst = kafka_pair
     topic = f"dlq-{unique}"
-    create_topic(src.bootstrap, topic, 1)
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": src.bootstrap})
-    for i in range(10):
-        p.produce(topic, (b"x" * 5000) if i == 4 else f"small-{i}".encode(), key=str(i).encode(), partition=0)
-    assert p.flush(10) == 0
+    produce_with_one_oversized(src.bootstrap, topic, 10, oversized=4)
     pipeline = kafka_pipeline(unique, src.bootstrap, dst.bootstrap, **{
         "source.topics": topic, "sink.topic": f"{topic}-out",
         "sink.producer.override.message.max.bytes": 2000,  # the 5000-byte record is refused
@@ -159,13 +164,7 @@ def test_rejected_record_goes_to_dead_letter_topic_and_offsets_advance(kafka_pai
 def test_rejected_record_without_tolerance_fails_the_task_and_keeps_its_offset(kafka_pair, spark, tmp_path, unique):
     src, dst = kafka_pair
     topic = f"fail-{unique}"
-    create_topic(src.bootstrap, topic, 1)
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": src.bootstrap})
-    for i in range(5):
-        p.produce(topic, (b"x" * 5000) if i == 2 else b"ok", key=str(i).encode(), partition=0)
-    assert p.flush(10) == 0
+    produce_with_one_oversized(src.bootstrap, topic, 5, oversized=2)
     pipeline = kafka_pipeline(unique, src.bootstrap, dst.bootstrap, **{
         "source.topics": topic, "sink.topic": f"{topic}-out",
         "sink.producer.override.message.max.bytes": 2000, "errors.retry.timeout": 300})
