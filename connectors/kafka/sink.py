@@ -89,6 +89,7 @@ class KafkaSinkTask(SinkTask):
         self._owner = context.task_id
         self._failures: list[tuple[Any, Any]] = []
         self._fatal: KafkaError | None = None
+        self._tainted = False  # a producer that saw a failed delivery is never pooled for reuse
         self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
         self._producer = POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
@@ -101,6 +102,7 @@ class KafkaSinkTask(SinkTask):
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
             self._failures.append((err, msg))
+            self._tainted = True
 
     # -- topics ---------------------------------------------------------------------------
     def _target(self, source_topic: str, batch: Sequence[ConnectRecord]) -> tuple[str, int]:
@@ -161,7 +163,7 @@ class KafkaSinkTask(SinkTask):
     def flush(self, offsets) -> None:
         deadline_s = self._cfg["flush.timeout.ms"] / 1000
         waited = 0.0
-        while self._producer.flush(1.0) > 0:
+        while self._flush_once() > 0:
             waited += 1.0
             if waited >= deadline_s:
                 raise RetriableError(f"{len(self._producer)} message(s) still unacknowledged after "
@@ -169,6 +171,13 @@ class KafkaSinkTask(SinkTask):
         if self._failures:
             self._report_failures()
         self._in_flight.clear()
+
+    def _flush_once(self) -> int:
+        try:
+            return self._producer.flush(1.0)
+        except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
+            self._tainted = True
+            raise ConnectError(f"producer failed: {exc}") from exc
 
     def _report_failures(self) -> None:
         """Match each failed delivery report to its record by (target topic, key, value)."""
@@ -191,7 +200,10 @@ class KafkaSinkTask(SinkTask):
         if producer is None:
             return
         self._producer = None
-        if producer.flush(10) > 0 or self._fatal is not None:
-            return  # never hand a broken or non-empty producer to the next task
-        POOL.release("producer", self._owner, self._conf, producer)
         POOL.release("admin", self._owner, self._admin_conf, self._admin)
+        try:
+            clean = producer.flush(10) == 0 and not self._tainted and self._fatal is None
+        except (KafkaException, SystemError):
+            clean = False
+        if clean:  # never hand a broken, failing or non-empty producer to the next task
+            POOL.release("producer", self._owner, self._conf, producer)

@@ -178,3 +178,40 @@ def test_rejected_record_without_tolerance_fails_the_task_and_keeps_its_offset(k
         assert driver.run_epoch() == []  # a failed pair is not scheduled again
     finally:
         driver.close()
+
+
+def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair, spark, tmp_path, unique):
+    """Target goes down mid-stream: delivery reports fail asynchronously, the pair fails without
+    committing past them, and a restart against the recovered target delivers every record."""
+    from worker.embedded import EmbeddedKafka
+
+    src, _ = kafka_pair
+    topic = f"down-{unique}"
+    create_topic(src.bootstrap, topic, 1)
+    produce(src.bootstrap, topic, 100, 1)
+    target = EmbeddedKafka(log_path=tmp_path / "target.log").start()
+    pipeline = kafka_pipeline(unique, src.bootstrap, target.bootstrap, **{
+        "source.topics": topic, "sink.producer.override.message.timeout.ms": 1500,
+        "errors.retry.timeout": 500, "epoch.max.ms": 3000})
+    driver = make_driver(spark, tmp_path, pipeline)
+    try:
+        run_until(driver, 100)
+        target.stop()
+        produce(src.bootstrap, topic, 100, 1, start=100)
+        results = driver.run_epoch()
+        assert results[0].state == "FAILED"
+        assert "could not be written" in results[0].trace and "timed out" in results[0].trace.lower()
+        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 99}]
+    finally:
+        driver.close()
+    target = EmbeddedKafka(port=target.port, log_path=tmp_path / "target2.log").start()  # empty, in memory
+    try:
+        driver = make_driver(spark, tmp_path, pipeline)
+        try:
+            assert run_until(driver, 100) == 100
+        finally:
+            driver.close()
+        got = consume_all(target.bootstrap, topic, [0], 100)
+        assert [m.key() for m in got] == [f"key-{i}".encode() for i in range(100, 200)]
+    finally:
+        target.stop()
