@@ -106,12 +106,14 @@ def test_sigterm_finishes_the_epoch_and_commits(kafka_pair, tmp_path, unique):
         "source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap, "source.topics": topic,
         "sink.connector.class": "kafka", "sink.bootstrap.servers": dst.bootstrap, "epoch.max.ms": "60000"}})
     proc = _start(config, tmp_path / "data", tmp_path / "run.log")
-    deadline = time.monotonic() + 60
-    while "total" not in (tmp_path / "run.log").read_text() and time.monotonic() < deadline:
-        if "starting Spark" in (tmp_path / "run.log").read_text():
-            break
-        time.sleep(0.1)
-    time.sleep(12)  # Spark started and the first (60 s) epoch is under way
+    try:
+        # Records stream to the sink as they are polled: once they are all in the target, the
+        # first (60 s) epoch is under way and has not committed yet.
+        assert len(consume_all(dst.bootstrap, topic, [0], 500, timeout=90)) == 500
+        assert _committed(tmp_path / "data") == 0
+    except BaseException:
+        proc.kill()
+        raise
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(60)

@@ -181,9 +181,18 @@ def test_rejected_record_without_tolerance_fails_the_task_and_keeps_its_offset(k
 
 
 def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair, spark, tmp_path, unique):
-    """Target goes down mid-stream: delivery reports fail asynchronously, the pair fails without
-    committing past them, and a restart against the recovered target delivers every record."""
+    """Target goes down mid-stream: delivery reports fail asynchronously, are matched back to
+    their records, the pair fails without committing past them, and a restart against the
+    recovered target delivers every record.
+
+    The first phase drives the task pair in this process (one runner across both epochs) so the
+    failure surfaces in delivery reports rather than in a restarted task's metadata lookup.
+    """
+    from connect.pipeline import PIPELINE_CONFIG
+    from connect.tasks.runner import TaskPairRunner
+    from connectors.kafka import KafkaSinkTask, KafkaSourceTask
     from worker.embedded import EmbeddedKafka
+    from worker.store import OffsetStore
 
     src, _ = kafka_pair
     topic = f"down-{unique}"
@@ -192,21 +201,28 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     target = EmbeddedKafka(log_path=tmp_path / "target.log").start()
     pipeline = kafka_pipeline(unique, src.bootstrap, target.bootstrap, **{
         "source.topics": topic, "sink.producer.override.message.timeout.ms": 1500,
-        "errors.retry.timeout": 500, "epoch.max.ms": 3000})
-    driver = make_driver(spark, tmp_path, pipeline)
+        "errors.retry.timeout": 500, "epoch.max.ms": 2000})
+    runner = TaskPairRunner(
+        connector=unique, task_id=0, source=KafkaSourceTask(), sink=KafkaSinkTask(),
+        source_config={**pipeline.source_config, "task.assignment": f"{topic}:0"},
+        sink_config=pipeline.sink_config, settings=PIPELINE_CONFIG.parse({"epoch.max.ms": 2000, "errors.retry.timeout": 500}))
     try:
-        run_until(driver, 100)
+        first = runner.run_epoch(0)
+        assert first.state == "RUNNING" and first.stats["records"] == 100
         target.stop()
         produce(src.bootstrap, topic, 100, 1, start=100)
-        results = driver.run_epoch()
-        assert results[0].state == "FAILED"
-        assert "could not be written" in results[0].trace and "timed out" in results[0].trace.lower()
-        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 99}]
+        second = runner.run_epoch(1)
     finally:
-        driver.close()
+        runner.stop()
+    assert second.state == "FAILED"
+    assert "could not be written" in second.trace and "Message timed out" in second.trace
+    assert second.stats["errors"] == 100 and second.stats["retries"] > 0
+    assert second.offsets == {}  # nothing past offset 99, which the first epoch committed
+    OffsetStore(tmp_path).commit(unique, first.offsets)
+
     target = EmbeddedKafka(port=target.port, log_path=tmp_path / "target2.log").start()  # empty, in memory
     try:
-        driver = make_driver(spark, tmp_path, pipeline)
+        driver = make_driver(spark, tmp_path, pipeline)  # resumes after offset 99
         try:
             assert run_until(driver, 100) == 100
         finally:
