@@ -86,18 +86,19 @@ def run(
     spark = build_spark(master, conf)
     store = OffsetStore(data_dir)
     try:
-        driver = Driver(SparkExecutor(spark), store, pipelines, stop_file=str(stop_file),
-                        on_epoch=ProgressPrinter(quiet=quiet))
+        try:
+            driver = Driver(SparkExecutor(spark), store, pipelines, stop_file=str(stop_file),
+                            on_epoch=ProgressPrinter(quiet=quiet))
+        except ConnectError as exc:
+            typer.echo(f"error: a connector could not start: {exc}", err=True)
+            raise typer.Exit(1) from None
         code = driver.run(stop, max_epochs=max_epochs)
-    except ConnectError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        code = 1
+        if code:
+            typer.echo("every task pair has failed; see the traces above", err=True)
     finally:
         store.close()
         stop_file.unlink(missing_ok=True)
         spark.stop()
-    if code:
-        typer.echo("every task pair has failed; see the traces above", err=True)
     raise typer.Exit(code)
 
 

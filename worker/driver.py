@@ -19,6 +19,7 @@ import attrs
 import orjson
 
 from connect.connector import ConnectorContext
+from connect.errors import ConnectError
 from connect.pipeline import SIDE_CONFIG, PipelineConfig
 from connect.tasks.partition import TaskPairSpec
 from connect.tasks.results import FAILED, RUNNING, EpochResult
@@ -143,7 +144,11 @@ class Driver:
         self.run_id = uuid.uuid4().hex
         self.runtimes: list[PipelineRuntime] = []
         for pipeline in pipelines:
-            self.runtimes.append(PipelineRuntime(pipeline, store, self.run_id))
+            try:
+                self.runtimes.append(PipelineRuntime(pipeline, store, self.run_id))
+            except ConnectError as exc:
+                self.close()
+                raise ConnectError(f"connector {pipeline.name!r}: {exc}") from exc
         self.epoch = 0
 
     def run_epoch(self) -> list[EpochResult]:

@@ -162,3 +162,14 @@ def test_plugins_lists_builtin_connectors():
     assert result.returncode == 0
     for name in ("kafka-source", "kafka-sink", "memory-source", "memory-sink"):
         assert name in result.stdout
+
+
+def test_run_with_unreachable_source_names_the_connector_and_exits_1(tmp_path):
+    from worker.embedded import free_port
+
+    config = _write(tmp_path / "down.json", {"name": "down", "config": {
+        "source.connector.class": "kafka", "source.bootstrap.servers": f"127.0.0.1:{free_port()}",
+        "source.topics": "x", "sink.connector.class": "kafka", "sink.bootstrap.servers": "127.0.0.1:1"}})
+    result = _cli("run", str(config), "--data-dir", str(tmp_path / "d"), "--spark-conf", "spark.ui.enabled=false")
+    assert result.returncode == 1, result.stderr
+    assert "error: a connector could not start: connector 'down': cannot list topics on 127.0.0.1:" in result.stderr
