@@ -74,16 +74,21 @@ def run(
     stop = threading.Event()
 
     def request_stop(signum, _frame):
+        if stop.is_set():  # a second signal: stop now, the running epoch will be replayed
+            typer.echo(f"received {signal.Signals(signum).name} again: exiting without committing", err=True)
+            os._exit(130)
         typer.echo(f"received {signal.Signals(signum).name}: finishing the epoch, flushing and committing", err=True)
         stop.set()
         stop_file.touch()
 
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
     total_pairs = sum(p.settings["tasks.max"] for p in pipelines)
     master = master or default_master(total_pairs)
     typer.echo(f"starting Spark ({master}) for {len(pipelines)} connector(s)", err=True)
     spark = build_spark(master, conf)
+    # After SparkContext exists: it installs its own SIGINT handler (cancel all jobs), which
+    # would abort the epoch instead of finishing it.
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
     store = OffsetStore(data_dir)
     try:
         try:

@@ -79,6 +79,10 @@ class PipelineRuntime:
         self.configure_tasks()
 
     def configure_tasks(self) -> None:
+        revived = [t.task for t in self.tasks if t.state == FAILED]
+        if revived:
+            log.warning("connector %s: reconfiguration restarts failed task pair(s) %s, as Kafka Connect does",
+                        self.name, revived)
         max_tasks = self.pipeline.settings["tasks.max"]
         topics = self.source_connector.source_topics()
         if topics:
@@ -108,22 +112,27 @@ class PipelineRuntime:
                              self.offsets, stop_file)
                 for t in self.tasks if t.state == RUNNING]
 
-    def apply(self, result: EpochResult) -> None:
-        task = self.tasks[result.task]
-        if result.offsets:
-            self._store.commit(self.name, result.offsets)
-            self.offsets.update(result.offsets)
-        task.last = result
-        task.records_total += result.stats.get("records", 0)
-        task.errors_total += result.stats.get("errors", 0)
-        self.records_total += result.stats.get("records", 0)
-        self.errors_total += result.stats.get("errors", 0)
-        if result.state == FAILED:
-            task.state = FAILED
-            task.trace = result.trace
-            log.error("task %s-%d FAILED:\n%s", self.name, result.task, result.trace)
-        else:
-            task.prev_epoch = result.epoch
+    def apply(self, results: Sequence[EpochResult]) -> None:
+        """Persist this connector's offsets of one epoch in one transaction, then update states."""
+        offsets: dict[str, dict[str, Any]] = {}
+        for result in results:
+            offsets.update(result.offsets)
+        if offsets:
+            self._store.commit(self.name, offsets)
+            self.offsets.update(offsets)
+        for result in results:
+            task = self.tasks[result.task]
+            task.last = result
+            task.records_total += result.stats.get("records", 0)
+            task.errors_total += result.stats.get("errors", 0)
+            self.records_total += result.stats.get("records", 0)
+            self.errors_total += result.stats.get("errors", 0)
+            if result.state == FAILED:
+                task.state = FAILED
+                task.trace = result.trace
+                log.error("task %s-%d FAILED:\n%s", self.name, result.task, result.trace)
+            else:
+                task.prev_epoch = result.epoch
 
     def stop(self) -> None:
         for connector in (self.source_connector, self.sink_connector):
@@ -150,21 +159,34 @@ class Driver:
                 self.close()
                 raise ConnectError(f"connector {pipeline.name!r}: {exc}") from exc
         self.epoch = 0
+        self.last_job_error: Exception | None = None
 
     def run_epoch(self) -> list[EpochResult]:
+        """One Spark job over every running pair; [] when there was nothing to run or it failed."""
+        self.last_job_error = None
         for rt in self.runtimes:
             if rt.context.take_reconfiguration_request():
-                rt.configure_tasks()
+                try:
+                    rt.configure_tasks()
+                except ConnectError as exc:  # e.g. the target is briefly unreachable: keep the old tasks
+                    log.warning("connector %s: reconfiguration failed, retrying next epoch: %s", rt.name, exc)
+                    rt.context.request_task_reconfiguration()
         specs = [spec for rt in self.runtimes for spec in rt.specs(self.epoch, self.stop_file)]
         if not specs:
             return []
-        results = self.executor.run(specs, f"epoch {self.epoch}")
-        by_name = {rt.name: rt for rt in self.runtimes}
-        for result in results:
-            by_name[result.connector].apply(result)
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        try:
+            results = self.executor.run(specs, f"epoch {epoch}")
+        except Exception as exc:  # noqa: BLE001 - a lost executor must not stop every connector
+            # Nothing of this epoch is persisted; its runners no longer match prev_epoch, so the
+            # next epoch restarts them from the stored offsets (at most one epoch replayed).
+            self.last_job_error = exc
+            log.error("epoch %d: the Spark job failed, its offsets are not committed: %s", epoch, exc)
+            return []
+        for rt in self.runtimes:
+            rt.apply([r for r in results if r.connector == rt.name])
         if self.on_epoch:
-            self.on_epoch(self.epoch, results, self.runtimes)
-        self.epoch += 1
+            self.on_epoch(epoch, results, self.runtimes)
         return results
 
     def any_running(self) -> bool:
@@ -180,7 +202,8 @@ class Driver:
                 if not self.run_epoch():
                     if not self.any_running():
                         return 1
-                    stop.wait(idle_wait)  # no task pairs yet: wait for topics to appear
+                    # no task pairs yet (waiting for topics), or the Spark job failed: back off
+                    stop.wait(idle_wait * (5 if self.last_job_error is not None else 1))
             return 0 if self.any_running() else 1
         finally:
             self.close()

@@ -6,7 +6,8 @@ Guarantees the framework makes to a source task:
   acknowledged. Resume *after* it (offset + 1 for Kafka), not at it.
 - ``poll`` is called from one thread, in a loop; it should return within about
   ``poll.timeout.ms`` (an empty list or None when nothing arrived), so the epoch can end on time.
-- ``commit`` is called after the offsets of records returned so far were persisted.
+- ``commit`` is called after the driver persisted the offsets of records returned so far (at the
+  start of the next epoch in the same process; not at all if the pair moved to another process).
 - ``commit_record(record, metadata)`` is called for each record the sink acknowledged, only if
   the subclass overrides it (it costs a call per record); ``metadata`` is None when the sink does
   not report positions.

@@ -111,6 +111,8 @@ def run_task_pair_epoch(spec: TaskPairSpec) -> EpochResult:
         _evict(key)
         cached = None
     restarted = cached is None
+    if cached is not None:
+        cached.runner.offsets_persisted()  # prev_epoch matched: the driver stored its offsets
     if cached is None:
         started = time.time()
         try:

@@ -95,6 +95,7 @@ class TaskPairRunner:
         self._failed = False
         self._known_offsets = set(offsets or ())
         self._start_offsets_due = True
+        self._returned_offsets = False
         self.source.context = SourceTaskContext(self.name, source_config, OffsetStorageReader(offsets))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
         self.source.start(source_config, self.source.context)
@@ -134,24 +135,32 @@ class TaskPairRunner:
         try:
             if self._failed:
                 raise TaskFailedError("task failed in an earlier epoch; restart it")
+            if self._start_offsets_due:
+                # Persist where never-committed partitions start (latest, a timestamp, the low
+                # watermark) in an epoch of its own, before any record moves: a crash or restart
+                # after that resumes there instead of resolving the start position again.
+                self._start_offsets_due = False
+                fresh = {k: dict(v) for k, v in self.source.start_offsets().items() if k not in self._known_offsets}
+                if fresh:
+                    committed.update(fresh)
+                    max_records = 0
             while stats.records < max_records and time.monotonic() < deadline and not self._stop_requested():
                 batch = retry.call("source poll", self.source.poll)
                 if not batch:
                     continue
+                # Last record per source partition; offsets follow what was polled, converted or
+                # not: a record that failed conversion advances its partition only once resolved.
+                last = {id(r.source_partition): r for r in batch}
+                pending.update(last)
+                if last.keys() - self._opened_ids.keys():
+                    self._open_new_partitions(last)
                 if convert is not None:
-                    # Offsets follow what was polled, converted or not: a record that failed
-                    # conversion advances its partition only once the failure is resolved.
-                    for r in batch:
-                        pending[id(r.source_partition)] = r
                     batch = self._convert(batch, convert, conversion_failures)
                     if not batch:
                         continue
-                self._open_new_partitions(batch)
                 retry.call("sink put", lambda b=batch: self.sink.put(b))
-                if convert is None:  # with conversion, pending was updated before converting
-                    pending.update({id(r.source_partition): r for r in batch})
-                try:  # payload bytes, at C speed when every key and value is bytes
-                    size = sum(map(len, map(_VALUE, batch))) + sum(map(len, map(_KEY, batch)))
+                try:  # payload bytes, at C speed when every key and value is bytes or None
+                    size = sum(map(len, filter(None, map(_VALUE, batch)))) + sum(map(len, filter(None, map(_KEY, batch))))
                 except TypeError:
                     size = _payload_bytes(batch)
                 if unacked is not None:
@@ -167,13 +176,7 @@ class TaskPairRunner:
                     self._commit_point(pending, committed, unacked, conversion_failures, retry, handler, stats)
                     in_flight = 0
             self._commit_point(pending, committed, unacked, conversion_failures, retry, handler, stats)
-            if self._start_offsets_due:
-                self._start_offsets_due = False
-                for key, offset in self.source.start_offsets().items():
-                    if key not in committed and key not in self._known_offsets:
-                        committed[key] = dict(offset)
-            if committed:
-                self.source.commit()
+            self._returned_offsets = bool(committed)
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
             self._failed = True
             state = FAILED
@@ -200,7 +203,7 @@ class TaskPairRunner:
                 failures.append((r, exc))
         return out
 
-    def _open_new_partitions(self, batch) -> None:
+    def _open_new_partitions(self, last: dict[int, ConnectRecord]) -> None:
         """Call ``sink.open`` once per new source partition.
 
         Sources normally reuse one dict per partition, so identity finds known ones cheaply;
@@ -209,19 +212,25 @@ class TaskPairRunner:
         sources that build a new dict per record.
         """
         seen = self._opened_ids
-        fresh = [p for p in {id(r.source_partition): r.source_partition for r in batch}.items() if p[0] not in seen]
-        if not fresh:
-            return
         if len(seen) > 10_000:
             seen.clear()
         new = {}
-        for ident, partition in fresh:
-            key = partition_key(partition)
+        for ident, record in last.items():
+            if ident in seen:
+                continue
+            partition = record.source_partition
             seen[ident] = partition
+            key = partition_key(partition)
             if key not in self._opened:
                 self._opened[key] = new[key] = partition
         if new:
             self.sink.open(list(new.values()))
+
+    def offsets_persisted(self) -> None:
+        """The driver persisted the offsets the last epoch returned: tell the source (``commit``)."""
+        if self._returned_offsets:
+            self._returned_offsets = False
+            self.source.commit()
 
     def _commit_point(self, pending: dict[int, ConnectRecord], committed: dict, unacked: list | None,
                       conversion_failures: list, retry: RetryPolicy, handler: FailedRecordHandler,

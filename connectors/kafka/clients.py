@@ -38,10 +38,16 @@ def _key(role: str, owner: str, conf: Mapping[str, Any]) -> tuple:
 
 
 class ClientPool:
-    """Idle clients by (role, owner, settings); ``acquire`` reuses one, ``release`` returns it."""
+    """Idle clients by (role, owner, settings); ``acquire`` reuses one, ``release`` returns it.
 
-    def __init__(self) -> None:
-        self._idle: dict[tuple, Any] = {}
+    At most ``max_idle_per_role`` idle clients of each role are kept, least recently released
+    closed first: a Python worker that has run every pair at some point does not keep a client
+    of each of them forever.
+    """
+
+    def __init__(self, max_idle_per_role: int = 4) -> None:
+        self._idle: dict[tuple, Any] = {}  # insertion order = release order
+        self._max_idle = max_idle_per_role
         self._lock = threading.Lock()
         atexit.register(self.close_all)
 
@@ -56,11 +62,21 @@ class ClientPool:
 
     def release(self, role: str, owner: str, conf: Mapping[str, Any], client) -> None:
         key = _key(role, owner, conf)
+        evicted = []
         with self._lock:
-            previous = self._idle.get(key)
+            previous = self._idle.pop(key, None)
+            if previous is not None and previous is not client:
+                evicted.append(previous)
             self._idle[key] = client
-        if previous is not None and previous is not client:
-            _close(role, previous)
+            same_role = [k for k in self._idle if k[0] == role]
+            for old in same_role[: max(len(same_role) - self._max_idle, 0)]:
+                evicted.append(self._idle.pop(old))
+        for old in evicted:
+            _close(role, old)
+
+    def idle_count(self, role: str) -> int:
+        with self._lock:
+            return sum(1 for k in self._idle if k[0] == role)
 
     def close_all(self) -> None:
         with self._lock:

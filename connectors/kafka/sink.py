@@ -31,6 +31,10 @@ from connectors.kafka.topics import TargetTopics
 
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 
+
+def _as_bytes(payload: Any) -> Any:
+    return payload.encode() if isinstance(payload, str) else payload
+
 log = logging.getLogger(__name__)
 
 CONFIG = ROUTING_CONFIG.merge(
@@ -97,6 +101,7 @@ class KafkaSinkTask(SinkTask):
         self._topics = TargetTopics(self._admin, cfg)
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partitions)
         self._in_flight: list[ConnectRecord] = []
+        self._rejected: set[int] = set()
         self._warned_small: set[str] = set()
 
     def _on_delivery(self, err, msg) -> None:
@@ -139,10 +144,23 @@ class KafkaSinkTask(SinkTask):
                         timestamp=r.timestamp or 0, headers=headers)
             except BufferError:  # queue full: wait for acknowledgements, then send it
                 self._produce_when_room(topic, r, part, headers)
-            except KafkaException as exc:  # refused before sending, e.g. larger than message.max.bytes
-                self.context.errant_record_reporter.report(r, exc)
-        self._in_flight.extend(records)
+            except (KafkaException, TypeError, ValueError) as exc:
+                # Refused before sending (larger than message.max.bytes, a payload that is not
+                # bytes...): this record only, reported with its position; never in flight.
+                self._reject(r, exc)
+        if self._rejected:
+            rejected, self._rejected = self._rejected, set()
+            self._in_flight.extend(r for r in records if id(r) not in rejected)
+        else:
+            self._in_flight.extend(records)
         self._producer.poll(0)
+
+    def _reject(self, r: ConnectRecord, exc: Exception) -> None:
+        if not isinstance(exc, KafkaException):
+            exc = ConnectError(f"record {r.position()} cannot be produced: {exc} "
+                               "(keys and values must be bytes, str or None: set the sink's key/value.converter)")
+        self._rejected.add(id(r))
+        self.context.errant_record_reporter.report(r, exc)
 
     def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers) -> None:
         while True:
@@ -179,21 +197,45 @@ class KafkaSinkTask(SinkTask):
             self._tainted = True
             raise ConnectError(f"producer failed: {exc}") from exc
 
+    def _target_partition(self, r: ConnectRecord) -> int:
+        """The partition ``put`` asked for (-1: the partitioner chose)."""
+        count = self._targets[r.topic][1]
+        part = r.partition
+        return part if part is not None and self._cfg["partition.preserve"] and part < count else -1
+
     def _report_failures(self) -> None:
-        """Match each failed delivery report to its record by (target topic, key, value)."""
+        """Match each failed delivery report to its record.
+
+        librdkafka gives the failed message back, not the record, so the match is by target
+        topic, key, value and - when ``put`` chose it - partition. Identical messages from one
+        source partition are interchangeable (the partition's offset is blocked either way). If
+        identical messages came from several source partitions, each of those partitions gets a
+        failure reported, because any of them may be the one that failed: over-reporting means a
+        retry or a duplicate, never a lost record.
+        """
         index: dict[tuple, list[ConnectRecord]] = defaultdict(list)
-        for r in reversed(self._in_flight):
-            index[(self._route(r.topic), r.key, r.value)].append(r)
+        for r in self._in_flight:
+            index[(self._targets[r.topic][0], _as_bytes(r.key), _as_bytes(r.value))].append(r)
         reporter = self.context.errant_record_reporter
         failures, self._failures = self._failures, []
         for err, msg in failures:
             if err.fatal():
                 self._fatal = err
-            candidates = index.get((msg.topic(), msg.key(), msg.value()))
+            candidates = index.get((msg.topic(), msg.key(), msg.value()), [])
+            candidates = [r for r in candidates if self._target_partition(r) in (-1, msg.partition())]
             if not candidates:
-                raise ConnectError(f"delivery to {msg.topic()} failed ({err.str()}) for a message that "
-                                   "matches no record put since the last flush")
-            reporter.report(candidates.pop(), KafkaException(err))
+                raise ConnectError(f"delivery to {msg.topic()}[{msg.partition()}] failed ({err.str()}) for a message "
+                                   "that matches no record put since the last flush")
+            first_by_partition: dict[int, ConnectRecord] = {}
+            for r in candidates:
+                first_by_partition.setdefault(id(r.source_partition), r)
+            if len(first_by_partition) > 1:
+                log.warning("a failed delivery to %s matches identical records of %d source partitions; "
+                            "reporting one of each", msg.topic(), len(first_by_partition))
+            bucket = index[(msg.topic(), msg.key(), msg.value())]
+            for r in first_by_partition.values():
+                bucket.remove(r)
+                reporter.report(r, KafkaException(err))
 
     def stop(self) -> None:
         producer = getattr(self, "_producer", None)

@@ -4,7 +4,9 @@ Offsets are framework-managed, as in MirrorMaker 2's MirrorSourceTask: the consu
 group nor commits; each task ``assign``s its partitions at the committed offset + 1. A partition
 without a committed offset starts at ``start.position`` (earliest, latest or the first record at
 or after ``start.timestamp.ms``) - except partitions discovered after the connector started,
-which start at earliest so nothing written to a new topic is missed.
+which start at earliest so nothing written to a new topic is missed. Start positions are resolved
+to concrete offsets and persisted before the first record moves, so a restart never resolves
+them again.
 
 Every record keeps key, value, headers and timestamp, carries
 ``source_partition={"topic", "partition"}`` and ``source_offset={"offset"}``, and hints its own
@@ -18,7 +20,7 @@ import re
 import threading
 from typing import Any, Mapping, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.connector import SourceConnector
@@ -31,6 +33,7 @@ __all__ = ["KafkaSourceConnector", "KafkaSourceTask"]
 
 log = logging.getLogger(__name__)
 
+TIMESTAMP_FLOOR = "start.timestamp.ms"  # in a persisted start offset: drop older records until one is not
 ASSIGNMENT_KEY = "task.assignment"  # "topic:partition,..." written by the connector
 EARLIEST_KEY = "task.assignment.earliest"  # partitions discovered after start: begin at earliest
 
@@ -54,6 +57,8 @@ CONFIG = (
 )
 
 CONSUMER_DEFAULTS = {
+    # A persisted offset that retention deleted meanwhile resumes at the earliest record left.
+    "auto.offset.reset": "earliest",
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": False,
@@ -183,16 +188,19 @@ class KafkaSourceTask(SourceTask):
         self._consumer = POOL.acquire("consumer", self._owner, self._conf)
         self._ts_floor: dict[tuple[str, int], int] = {}
         self._start_offsets: dict[str, dict] = {}
+        self._deferred_error: ConnectError | None = None
         reader = context.offset_storage_reader
         tps, by_time = [], []
         for topic, part in assignment:
             committed = reader.offset(self._sp[topic][part])
             if committed is not None:
                 tps.append(TopicPartition(topic, part, int(committed["offset"]) + 1))
+                if TIMESTAMP_FLOOR in committed:  # resumed from a persisted timestamp start
+                    self._ts_floor[(topic, part)] = int(committed[TIMESTAMP_FLOOR])
             elif (topic, part) in earliest or cfg["start.position"] == "earliest":
-                tps.append(TopicPartition(topic, part, OFFSET_BEGINNING))
+                tps.append(self._resolved(TopicPartition(topic, part, self._watermark(topic, part, 0))))
             elif cfg["start.position"] == "latest":
-                tps.append(self._resolved(TopicPartition(topic, part, self._high_watermark(topic, part))))
+                tps.append(self._resolved(TopicPartition(topic, part, self._watermark(topic, part, 1))))
             else:
                 by_time.append(TopicPartition(topic, part, cfg["start.timestamp.ms"]))
         if by_time:
@@ -210,25 +218,37 @@ class KafkaSourceTask(SourceTask):
             # Some brokers answer an earlier offset than asked; records older than the start
             # timestamp are dropped client-side until the first one at or after it.
             self._ts_floor[(tp.topic, tp.partition)] = ts
-            offset = tp.offset if tp.offset >= 0 else self._high_watermark(tp.topic, tp.partition)
-            out.append(self._resolved(TopicPartition(tp.topic, tp.partition, offset)))
+            offset = tp.offset if tp.offset >= 0 else self._watermark(tp.topic, tp.partition, 1)
+            out.append(self._resolved(TopicPartition(tp.topic, tp.partition, offset), ts))
         return out
 
-    def _high_watermark(self, topic: str, part: int) -> int:
+    def _watermark(self, topic: str, part: int, which: int) -> int:
+        """Low (``which=0``) or high (``1``) watermark: the start positions are made concrete so
+        they can be persisted before the first record (see ``start_offsets``)."""
         try:
-            return self._consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[1]
+            return self._consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[which]
         except KafkaException as exc:
-            raise RetriableError(f"cannot read the end offset of {topic}[{part}]: {exc}") from exc
+            raise RetriableError(f"cannot read the watermarks of {topic}[{part}]: {exc}") from exc
 
-    def _resolved(self, tp: TopicPartition) -> TopicPartition:
-        """Remember a concrete start so it is persisted before any record is read."""
-        self._start_offsets[partition_key(self._sp[tp.topic][tp.partition])] = {"offset": tp.offset - 1}
+    def _resolved(self, tp: TopicPartition, timestamp_floor: int | None = None) -> TopicPartition:
+        """Remember a concrete start so it is persisted before any record is read.
+
+        A timestamp start keeps its timestamp in the persisted offset: the broker's answer may be
+        earlier than asked, and the client-side filter must survive a restart too.
+        """
+        offset = {"offset": tp.offset - 1}
+        if timestamp_floor is not None:
+            offset[TIMESTAMP_FLOOR] = timestamp_floor
+        self._start_offsets[partition_key(self._sp[tp.topic][tp.partition])] = offset
         return tp
 
     def start_offsets(self) -> dict[str, dict]:
         return self._start_offsets
 
     def poll(self) -> Sequence[ConnectRecord]:
+        if self._deferred_error is not None:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
         try:
             msgs = self._consumer.consume(self._batch, self._timeout)
         except KafkaException as exc:
@@ -241,7 +261,12 @@ class KafkaSourceTask(SourceTask):
         record = make_record
         for m in msgs:
             if m.error() is not None:
-                self._message_error(m)
+                try:
+                    self._message_error(m)
+                except ConnectError as exc:
+                    # An error event takes no offset: keep every good record of this batch
+                    # (dropping them would skip them) and raise at the next poll.
+                    self._deferred_error = self._deferred_error or exc
                 continue
             part = m.partition()
             topic = m.topic()
@@ -249,6 +274,9 @@ class KafkaSourceTask(SourceTask):
                           sp_by_topic[topic][part], {"offset": m.offset()}, part))
         if self._ts_floor:
             out = self._drop_before_start(out)
+        if self._deferred_error is not None and not out:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
         return out
 
     def _drop_before_start(self, records: list[ConnectRecord]) -> list[ConnectRecord]:

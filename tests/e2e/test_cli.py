@@ -97,7 +97,8 @@ def test_kill_9_mid_stream_then_restart_loses_nothing(kafka_pair, tmp_path, uniq
     assert duplicates <= tasks * per_epoch, f"{duplicates} duplicates exceed one epoch"
 
 
-def test_sigterm_finishes_the_epoch_and_commits(kafka_pair, tmp_path, unique):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_signal_finishes_the_epoch_and_commits(kafka_pair, tmp_path, unique, signum):
     src, dst = kafka_pair
     topic = f"term-{unique}"
     create_topic(src.bootstrap, topic, 1)
@@ -115,7 +116,7 @@ def test_sigterm_finishes_the_epoch_and_commits(kafka_pair, tmp_path, unique):
         proc.kill()
         raise
     t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     code = proc.wait(60)
     log = (tmp_path / "run.log").read_text()
     assert code == 0, log

@@ -144,6 +144,9 @@ def test_rejected_record_goes_to_dead_letter_topic_and_offsets_advance(kafka_pai
         "errors.deadletterqueue.topic.name": f"{topic}-dlq", "errors.retry.timeout": 300})
     driver = make_driver(spark, tmp_path, pipeline)
     try:
+        assert list(driver.runtimes[0].offsets.values()) == []
+        driver.run_epoch()  # the first epoch persists where the partition starts, before data
+        assert list(driver.runtimes[0].offsets.values()) == [{"offset": -1}]
         results = driver.run_epoch()
         assert [r.state for r in results] == ["RUNNING"]
         assert results[0].stats["dead_lettered"] == 1 and results[0].stats["errors"] == 1
@@ -170,10 +173,11 @@ def test_rejected_record_without_tolerance_fails_the_task_and_keeps_its_offset(k
         "sink.producer.override.message.max.bytes": 2000, "errors.retry.timeout": 300})
     driver = make_driver(spark, tmp_path, pipeline)
     try:
+        driver.run_epoch()  # persists the start position
         results = driver.run_epoch()
         assert results[0].state == "FAILED"
         assert f"{topic}[0]@{{'offset': 2}}" in results[0].trace
-        assert driver.runtimes[0].offsets == {}  # nothing committed past the failed record
+        assert list(driver.runtimes[0].offsets.values()) == [{"offset": -1}]  # nothing past the failed record
         assert driver.runtimes[0].tasks[0].state == "FAILED"
         assert driver.run_epoch() == []  # a failed pair is not scheduled again
     finally:
@@ -207,6 +211,8 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
         source_config={**pipeline.source_config, "task.assignment": f"{topic}:0"},
         sink_config=pipeline.sink_config, settings=PIPELINE_CONFIG.parse({"epoch.max.ms": 2000, "errors.retry.timeout": 500}))
     try:
+        positioning = runner.run_epoch(0)
+        assert positioning.offsets == {next(iter(positioning.offsets)): {"offset": -1}}
         first = runner.run_epoch(0)
         assert first.state == "RUNNING" and first.stats["records"] == 100
         target.stop()
@@ -231,3 +237,31 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
         assert [m.key() for m in got] == [f"key-{i}".encode() for i in range(100, 200)]
     finally:
         target.stop()
+
+
+def test_topic_discovered_while_running_is_read_from_its_start_even_across_a_restart(kafka_pair, spark, tmp_path,
+                                                                                       unique):
+    src, dst = kafka_pair
+    prefix = f"late-{unique}"
+    create_topic(src.bootstrap, f"{prefix}-a", 1)
+    pipeline = kafka_pipeline(unique, src.bootstrap, dst.bootstrap, **{
+        "source.topics.regex": f"{prefix}-.*", "source.start.position": "latest", "epoch.max.ms": 700})
+    driver = make_driver(spark, tmp_path, pipeline)
+    try:
+        driver.run_epoch()
+        create_topic(src.bootstrap, f"{prefix}-b", 1)
+        produce(src.bootstrap, f"{prefix}-b", 100, 1)
+        for _ in range(20):  # until the new topic's start position is persisted
+            driver.run_epoch()
+            if any(f"{prefix}-b" in key for key in driver.runtimes[0].offsets):
+                break
+    finally:
+        driver.close()
+    # Restarted: the new topic now belongs to the initial set, whose start is "latest"; its
+    # persisted start keeps it from skipping what was written before the first commit.
+    driver = make_driver(spark, tmp_path, pipeline)
+    try:
+        run_until(driver, 100)
+    finally:
+        driver.close()
+    assert len(consume_all(dst.bootstrap, f"{prefix}-b", [0], 100)) == 100

@@ -182,6 +182,8 @@ def test_moves_every_record_in_order_and_commits_last_offsets(make_runner, sink_
     assert stats["errors"] == stats["retries"] == stats["skipped"] == stats["dead_lettered"] == 0
     assert stats["flushes"] == 1 == sink.pre_commits
     assert stats["latency_samples"] > 0 and stats["latency_ms_max"] > 0
+    assert source.commits == 0  # commit() waits until the driver persisted the offsets
+    runner.offsets_persisted()
     assert source.commits == 1
     assert result.lag == 0
     # sink.open was told about each partition exactly once, before its records arrived
@@ -194,6 +196,8 @@ def test_idle_epoch_ends_on_time_and_commits_nothing_new(make_runner, sink_name)
     runner = make_runner(source={"records": 5}, source_task=source, settings=make_settings(epoch_max_ms=200))
     first = runner.run_epoch(1)
     assert first.offsets == {pk(0): {"offset": 4}}
+    assert source.commits == 0  # not before the driver persisted the offsets
+    runner.offsets_persisted()
     t0 = time.monotonic()
     second = runner.run_epoch(2)
     elapsed = time.monotonic() - t0
