@@ -7,11 +7,14 @@ inside a (reused) PySpark Python worker and returns only the small EpochResult.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+import weakref
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from connect.tasks.partition import TaskPairSpec, run_task_pair_epoch
+from connect.tasks.partition import TaskPairSpec, run_claimed_epoch, run_task_pair_epoch
 from connect.tasks.results import EpochResult
 
 __all__ = ["build_spark", "SparkExecutor", "default_master"]
@@ -49,11 +52,32 @@ def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: st
 
 
 class SparkExecutor:
-    def __init__(self, spark):
+    """Runs one epoch of every task pair as one Spark job, one partition per pair.
+
+    In local mode the partitions claim their pairs through a directory every Python worker can
+    see, so a pair stays in the process that holds its runner and clients (see
+    ``connect.tasks.partition.run_claimed_epoch``); on a cluster, partition i runs pair i.
+    """
+
+    def __init__(self, spark, claim_root: str | None = None):
         self.spark = spark
         self.sc = spark.sparkContext
+        local = self.sc.master.startswith("local")
+        self.claim_root = (claim_root or tempfile.mkdtemp(prefix="connect-claims-")) if local else None
+        if self.claim_root is not None and claim_root is None:
+            weakref.finalize(self, shutil.rmtree, self.claim_root, True)
+        self._jobs = 0
 
     def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch") -> list[EpochResult]:
         self.sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
-        rdd = self.sc.parallelize(list(specs), len(specs))
-        return rdd.map(run_task_pair_epoch).collect()
+        specs = list(specs)
+        if self.claim_root is None:
+            return self.sc.parallelize(specs, len(specs)).map(run_task_pair_epoch).collect()
+        self._jobs += 1
+        claim_dir = os.path.join(self.claim_root, f"job-{self._jobs}")
+        os.makedirs(claim_dir)
+        try:
+            return (self.sc.parallelize(range(len(specs)), len(specs))
+                    .map(lambda i: run_claimed_epoch(i, specs, claim_dir)).collect())
+        finally:
+            shutil.rmtree(claim_dir, ignore_errors=True)

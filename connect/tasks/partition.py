@@ -23,7 +23,7 @@ from connect.sink import SinkTask, SinkTaskContext
 from connect.tasks.results import FAILED, EpochResult
 from connect.tasks.runner import TaskPairRunner
 
-__all__ = ["TaskPairSpec", "run_task_pair_epoch", "stop_all_cached"]
+__all__ = ["TaskPairSpec", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached"]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,37 @@ def run_task_pair_epoch(spec: TaskPairSpec) -> EpochResult:
     if result.state == FAILED:
         _evict(key)
     return result
+
+
+def _fresh(spec: TaskPairSpec) -> bool:
+    cached = _RUNNERS.get((spec.connector, spec.task))
+    return cached is not None and cached.last_epoch == spec.prev_epoch and cached.generation == spec.generation
+
+
+def _claim(claim_dir: str, spec: TaskPairSpec) -> bool:
+    path = os.path.join(claim_dir, f"{spec.connector}.{spec.task}")
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        return True
+    except FileExistsError:
+        return False
+
+
+def run_claimed_epoch(index: int, specs: list[TaskPairSpec], claim_dir: str) -> EpochResult:
+    """Run one of ``specs``, preferring the pair whose runner is cached (fresh) in this process.
+
+    Spark hands partitions to whichever Python worker is idle, so "partition i = pair i" moves
+    pairs between processes at random, and each move costs a task restart (seek, refetch) while
+    the stale consumer left behind keeps prefetching. When every executor shares a filesystem
+    (local mode), each Spark task instead claims a pair with an exclusive file create: first a
+    pair that is fresh here, then pair ``index``, then any unclaimed one. N tasks and N pairs,
+    each task claiming exactly one, so every pair runs exactly once.
+    """
+    fresh = [s for s in specs if _fresh(s)]
+    for spec in [*fresh, specs[index], *specs]:
+        if _claim(claim_dir, spec):
+            return run_task_pair_epoch(spec)
+    raise RuntimeError(f"no task pair left to claim in {claim_dir} (more Spark tasks than pairs?)")
 
 
 def stop_all_cached() -> None:

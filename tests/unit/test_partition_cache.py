@@ -189,3 +189,17 @@ def test_stop_all_cached_stops_runners(spec):
     stop_all_cached()
     assert partition._RUNNERS == {}
     assert TrackedSource.instances[0].stopped
+
+
+def test_claimed_epoch_prefers_the_pair_cached_in_this_process(spec, tmp_path):
+    from connect.tasks.partition import run_claimed_epoch
+
+    run_task_pair_epoch(spec(1, None, task=1))  # this process now holds pair 1
+    specs = [spec(2, 1, task=0), spec(2, 1, task=1)]
+    result = run_claimed_epoch(0, specs, str(tmp_path))  # partition 0, but pair 1 is fresh here
+    assert (result.task, result.restarted) == (1, False)
+    other = run_claimed_epoch(1, specs, str(tmp_path))  # the other Spark task gets what is left
+    assert other.task == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conn.0", "conn.1"]
+    with pytest.raises(RuntimeError, match="no task pair left"):
+        run_claimed_epoch(0, specs, str(tmp_path))
