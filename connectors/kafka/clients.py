@@ -13,6 +13,7 @@ meantime) takes the same connected client back instead of reconnecting.
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 from typing import Any, Mapping
 
@@ -28,13 +29,15 @@ def client_config(config: Mapping[str, Any], role: str, defaults: Mapping[str, A
     """librdkafka settings for ``role`` ("consumer", "producer" or "admin")."""
     conf: dict[str, Any] = dict(defaults)
     conf["bootstrap.servers"] = config["bootstrap.servers"]
+    # librdkafka's own log lines (connection refused, ...) go to Python logging, not raw stderr.
+    conf["logger"] = logging.getLogger(f"connectors.kafka.{role}")
     for prefix in ("client.override.", f"{role}.override."):
         conf.update({k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)})
     return conf
 
 
 def _key(role: str, owner: str, conf: Mapping[str, Any]) -> tuple:
-    return (role, owner, tuple(sorted((k, str(v)) for k, v in conf.items() if not callable(v))))
+    return (role, owner, tuple(sorted((k, str(v)) for k, v in conf.items() if k != "logger" and not callable(v))))
 
 
 class ClientPool:
