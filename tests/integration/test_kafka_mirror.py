@@ -265,3 +265,25 @@ def test_topic_discovered_while_running_is_read_from_its_start_even_across_a_res
     finally:
         driver.close()
     assert len(consume_all(dst.bootstrap, f"{prefix}-b", [0], 100)) == 100
+
+
+def test_two_connectors_share_one_driver_and_one_spark_job_per_epoch(kafka_pair, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    first, second = f"{unique}-one", f"{unique}-two"
+    for topic, parts in ((first, 2), (second, 1)):
+        create_topic(src.bootstrap, topic, parts)
+        produce(src.bootstrap, topic, 1000, parts)
+    driver = make_driver(spark, tmp_path,
+                         kafka_pipeline(first, src.bootstrap, dst.bootstrap,
+                                        **{"source.topics": first, "sink.topic.template": "x.{topic}", "tasks.max": 2}),
+                         kafka_pipeline(second, src.bootstrap, dst.bootstrap,
+                                        **{"source.topics": second, "sink.topic.template": "x.{topic}"}))
+    try:
+        results = driver.run_epoch()
+        assert sorted((r.connector, r.task) for r in results) == [(first, 0), (first, 1), (second, 0)]
+        run_until(driver, 2000)
+        assert [rt.records_total for rt in driver.runtimes] == [1000, 1000]
+    finally:
+        driver.close()
+    assert len(consume_all(dst.bootstrap, f"x.{first}", range(2), 1000)) == 1000
+    assert len(consume_all(dst.bootstrap, f"x.{second}", [0], 1000)) == 1000
