@@ -20,6 +20,9 @@ def kafka_pair(tmp_path_factory):
     a = EmbeddedKafka(log_path=logs / "a.log").start()
     b = EmbeddedKafka(log_path=logs / "b.log").start()
     yield a, b
+    from connectors.kafka.clients import POOL
+
+    POOL.close_all()  # clients pooled in this process (driver-side admins...) go before their brokers
     a.stop()
     b.stop()
 
