@@ -30,6 +30,12 @@ SPARK_DEFAULTS = {
 }
 
 
+# In local mode the driver JVM is also the executor, and it only schedules: records never enter
+# it. C1-only JIT and the serial collector cut its idle CPU from ~10 % to ~2 % of a core
+# (measured: 1.15 s -> 0.20 s over 8 s), which the Python task pairs get instead.
+LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def default_master(total_task_pairs: int) -> str:
     """Local mode with a slot per task pair (pairs are I/O-bound), at least one per core."""
     return f"local[{max(total_task_pairs, os.cpu_count() or 1)}]"
@@ -44,7 +50,10 @@ def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: st
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**SPARK_DEFAULTS, **(conf or {})}.items():
+    defaults = dict(SPARK_DEFAULTS)
+    if master.startswith("local"):
+        defaults["spark.driver.extraJavaOptions"] = LOCAL_DRIVER_JAVA_OPTIONS
+    for key, value in {**defaults, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark.conf.get("spark.log.level", "WARN"))
