@@ -43,8 +43,6 @@ class TaskState:
     prev_epoch: int | None = None
     last: EpochResult | None = None
     trace: str | None = None
-    records_total: int = 0
-    errors_total: int = 0
 
 
 def _own_keys(side: dict[str, str]) -> dict[str, str]:
@@ -123,8 +121,6 @@ class PipelineRuntime:
         for result in results:
             task = self.tasks[result.task]
             task.last = result
-            task.records_total += result.stats.get("records", 0)
-            task.errors_total += result.stats.get("errors", 0)
             self.records_total += result.stats.get("records", 0)
             self.errors_total += result.stats.get("errors", 0)
             if result.state == FAILED:
