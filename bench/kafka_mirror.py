@@ -26,10 +26,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from connect.pipeline import parse_pipeline  # noqa: E402
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
 from worker.driver import Driver  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
+from worker.pipeline import parse_pipeline  # noqa: E402
 from worker.spark import SparkExecutor, build_spark  # noqa: E402
 from worker.store import OffsetStore  # noqa: E402
 

@@ -23,18 +23,27 @@ from typing import Iterator, NamedTuple
 from connect.connector import Connector, SinkConnector, SourceConnector
 from connect.errors import PluginError
 
-__all__ = ["PluginInfo", "resolve_connector", "list_plugins", "ENTRY_POINT_GROUP"]
+__all__ = ["PluginInfo", "resolve_connector", "list_plugins", "register_plugin", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "connect.connectors"
 
 _BUILTINS = {
     "kafka-source": "connectors.kafka.source:KafkaSourceConnector",
     "kafka-sink": "connectors.kafka.sink:KafkaSinkConnector",
-    "memory-source": "connect.testing:MemorySourceConnector",
-    "memory-sink": "connect.testing:MemorySinkConnector",
 }
 
 _KINDS = {"source": SourceConnector, "sink": SinkConnector}
+
+_REGISTERED: dict[str, str] = {}
+
+
+def register_plugin(name: str, target: str) -> None:
+    """Make ``name`` resolve to ``target`` ("module:Class") in this process only.
+
+    For tests and examples (e.g. the in-memory connectors of ``connect.testing``), which must not
+    be listed as production plugins: nothing registered here is declared as an entry point.
+    """
+    _REGISTERED[name] = target
 
 
 class PluginInfo(NamedTuple):
@@ -45,6 +54,7 @@ class PluginInfo(NamedTuple):
 
 def _entry_points() -> dict[str, PluginInfo]:
     found = {name: PluginInfo(name, target, "builtin") for name, target in _BUILTINS.items()}
+    found.update((name, PluginInfo(name, target, "registered")) for name, target in _REGISTERED.items())
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
         origin = dist.name if dist is not None else "entry point"

@@ -10,7 +10,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from connect.plugins import register_plugin  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
+
+# The in-memory test connectors are not production plugins (no entry point); tests use aliases.
+register_plugin("memory-source", "connect.testing:MemorySourceConnector")
+register_plugin("memory-sink", "connect.testing:MemorySinkConnector")
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from connect.pipeline import parse_pipeline
 from worker.driver import Driver
+from worker.pipeline import parse_pipeline
 from worker.spark import SparkExecutor
 from worker.store import OffsetStore
 

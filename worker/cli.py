@@ -13,8 +13,8 @@ from typing import List
 import typer
 
 from connect.errors import ConfigError, ConnectError
-from connect.pipeline import PipelineConfig, load_pipeline_file
 from connect.plugins import list_plugins, resolve_connector
+from worker.pipeline import PipelineConfig, load_pipeline_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ.")

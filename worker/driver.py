@@ -1,6 +1,6 @@
 """The driver loop: every epoch, one Spark job whose partitions are the running task pairs.
 
-Per epoch the driver builds one :class:`~connect.tasks.partition.TaskPairSpec` per running pair
+Per epoch the driver builds one :class:`~worker.partition.TaskPairSpec` per running pair
 (with the connector's committed offsets), runs them all as one Spark job, persists the offsets
 each pair returned (one transaction per connector), records stats and failures, and applies
 task reconfiguration requested by connectors (new topics or partitions) before the next epoch.
@@ -20,9 +20,9 @@ import orjson
 
 from connect.connector import ConnectorContext
 from connect.errors import ConnectError
-from connect.pipeline import SIDE_CONFIG, PipelineConfig
-from connect.tasks.partition import TaskPairSpec
 from connect.tasks.results import FAILED, RUNNING, EpochResult
+from worker.partition import TaskPairSpec
+from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.store import OffsetStore
 
 __all__ = ["Driver", "PipelineRuntime", "TaskState", "Executor"]

@@ -14,8 +14,8 @@ import weakref
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from connect.tasks.partition import TaskPairSpec, run_claimed_epoch, run_task_pair_epoch
 from connect.tasks.results import EpochResult
+from worker.partition import TaskPairSpec, run_claimed_epoch, run_task_pair_epoch
 
 __all__ = ["build_spark", "SparkExecutor", "default_master"]
 
@@ -65,7 +65,7 @@ class SparkExecutor:
 
     In local mode the partitions claim their pairs through a directory every Python worker can
     see, so a pair stays in the process that holds its runner and clients (see
-    ``connect.tasks.partition.run_claimed_epoch``); on a cluster, partition i runs pair i.
+    ``worker.partition.run_claimed_epoch``); on a cluster, partition i runs pair i.
     """
 
     def __init__(self, spark, claim_root: str | None = None):

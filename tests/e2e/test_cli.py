@@ -149,7 +149,8 @@ def test_run_refuses_bad_configs_before_starting_anything(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text('{"name": "x", "config": {')
     missing_env = _write(tmp_path / "env.json", {"name": "y", "config": {
-        "source.connector.class": "memory", "sink.connector.class": "memory",
+        "source.connector.class": "connect.testing:MemorySourceConnector",
+        "sink.connector.class": "connect.testing:MemorySinkConnector",
         "sink.name": "${env:CONNECT_TEST_UNSET_VARIABLE}"}})
     result = _cli("run", str(broken), str(missing_env), "--data-dir", str(tmp_path / "d"))
     assert result.returncode == 2
@@ -161,8 +162,9 @@ def test_run_refuses_bad_configs_before_starting_anything(tmp_path):
 def test_plugins_lists_builtin_connectors():
     result = _cli("plugins")
     assert result.returncode == 0
-    for name in ("kafka-source", "kafka-sink", "memory-source", "memory-sink"):
+    for name in ("kafka-source", "kafka-sink"):
         assert name in result.stdout
+    assert "memory" not in result.stdout  # test connectors are not production plugins
 
 
 def test_run_with_unreachable_source_names_the_connector_and_exits_1(tmp_path):

@@ -192,10 +192,10 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     The first phase drives the task pair in this process (one runner across both epochs) so the
     failure surfaces in delivery reports rather than in a restarted task's metadata lookup.
     """
-    from connect.pipeline import PIPELINE_CONFIG
     from connect.tasks.runner import TaskPairRunner
     from connectors.kafka import KafkaSinkTask, KafkaSourceTask
     from worker.embedded import EmbeddedKafka
+    from worker.pipeline import PIPELINE_CONFIG
     from worker.store import OffsetStore
 
     src, _ = kafka_pair

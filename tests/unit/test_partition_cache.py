@@ -1,4 +1,4 @@
-"""connect.tasks.partition: per-process runner cache keyed by (connector, task), prev_epoch, generation."""
+"""worker.partition: per-process runner cache keyed by (connector, task), prev_epoch, generation."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import os
 import attrs
 import pytest
 
-from connect.pipeline import PIPELINE_CONFIG
 from connect.records import partition_key
-from connect.tasks import partition
-from connect.tasks.partition import TaskPairSpec, run_task_pair_epoch, stop_all_cached
 from connect.tasks.results import FAILED, RUNNING
 from connect.testing import MemorySinkTask, MemorySourceTask
+from worker import partition
+from worker.partition import TaskPairSpec, run_task_pair_epoch, stop_all_cached
+from worker.pipeline import PIPELINE_CONFIG
 
 _ids = itertools.count()
 P0 = partition_key({"topic": "memory", "partition": 0})
@@ -192,7 +192,7 @@ def test_stop_all_cached_stops_runners(spec):
 
 
 def test_claimed_epoch_prefers_the_pair_cached_in_this_process(spec, tmp_path):
-    from connect.tasks.partition import run_claimed_epoch
+    from worker.partition import run_claimed_epoch
 
     run_task_pair_epoch(spec(1, None, task=1))  # this process now holds pair 1
     specs = [spec(2, 1, task=0), spec(2, 1, task=1)]

@@ -1,4 +1,4 @@
-"""connect.pipeline: parsing pipeline documents, reporting every mistake at once."""
+"""worker.pipeline: parsing pipeline documents, reporting every mistake at once."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from connect.errors import ConfigError, ConfigIssue
-from connect.pipeline import PIPELINE_CONFIG, SIDE_CONFIG, PipelineConfig, load_pipeline_file, parse_pipeline
 from connect.testing import MemorySinkConnector, MemorySourceConnector
+from worker.pipeline import PIPELINE_CONFIG, SIDE_CONFIG, PipelineConfig, load_pipeline_file, parse_pipeline
 
 VALID = {
     "name": "orders-mirror",

@@ -9,12 +9,12 @@ from collections import defaultdict
 import pytest
 
 from connect.errors import ConnectError
-from connect.pipeline import PIPELINE_CONFIG
 from connect.records import ConnectRecord, partition_key
 from connect.sink import SinkTaskContext
 from connect.tasks.results import FAILED, RUNNING
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySinkTask, MemorySourceTask
+from worker.pipeline import PIPELINE_CONFIG
 
 _ids = itertools.count()
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from connect.pipeline import PIPELINE_CONFIG
 from connect.records import ConnectRecord
 from connect.sink import SinkTask
 from connect.source import SourceTask
 from connect.tasks.runner import TaskPairRunner
+from worker.pipeline import PIPELINE_CONFIG
 
 
 class FreshDictSource(SourceTask):
