@@ -10,6 +10,7 @@ from connect.errors import (
     ConversionError,
     PluginError,
     RetriableError,
+    RetriesExhaustedError,
     TaskFailedError,
 )
 from connect.records import ConnectRecord
@@ -19,7 +20,7 @@ from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 __all__ = [
     "BytesConverter", "ConfigDef", "ConfigError", "ConfigIssue", "ConfigKey", "ConnectError", "ConnectRecord",
     "Connector", "ConnectorContext", "ConversionError", "Converter", "ErrantRecordReporter", "Importance",
-    "JsonConverter", "OffsetStorageReader", "PluginError", "RetriableError", "SinkConnector", "SinkTask",
+    "JsonConverter", "OffsetStorageReader", "PluginError", "RetriableError", "RetriesExhaustedError", "SinkConnector", "SinkTask",
     "SinkTaskContext", "SourceConnector", "SourceTask", "SourceTaskContext", "StringConverter", "TaskFailedError",
     "Type",
 ]

@@ -17,6 +17,7 @@ __all__ = [
     "ConversionError",
     "PluginError",
     "TaskFailedError",
+    "RetriesExhaustedError",
 ]
 
 
@@ -28,7 +29,9 @@ class RetriableError(ConnectError):
     """The operation may succeed if retried unchanged (Kafka Connect's RetriableException).
 
     Raised from ``SourceTask.poll`` or ``SinkTask.put``: the runner retries the same call with
-    exponential backoff until ``errors.retry.timeout`` elapses, then fails the task.
+    exponential backoff until ``errors.retry.timeout`` elapses, then fails the task (and the
+    worker restarts it). Reported for one record through the errant-record reporter, it marks a
+    *transient* delivery failure: the record is re-sent, never skipped.
     """
 
 
@@ -42,6 +45,14 @@ class PluginError(ConnectError):
 
 class TaskFailedError(ConnectError):
     """A task pair stopped because of an error nothing was allowed to tolerate."""
+
+
+class RetriesExhaustedError(TaskFailedError):
+    """A transient failure lasted longer than ``errors.retry.timeout``.
+
+    Nothing was skipped: the pair's offsets stay where its last acknowledged records put them,
+    and the worker restarts the pair with backoff (the restart policy), from those offsets.
+    """
 
 
 class ConfigIssue(NamedTuple):

@@ -109,7 +109,11 @@ class MemorySinkTask(SinkTask):
             if self.reject is not None and isinstance(r.value, bytes) and self.reject.search(r.value.decode()):
                 self.rejections[r.value] += 1
                 if self.reject_times < 0 or self.rejections[r.value] <= self.reject_times:
-                    reporter.report(r, RuntimeError(f"memory sink rejected {r.value!r}"))
+                    # Rejected a bounded number of times: a transient failure (re-sent by the
+                    # runner); always rejected: permanent (hooks, dead-letter topic, tolerance).
+                    error = (RetriableError(f"memory sink refused {r.value!r} for now") if self.reject_times >= 0
+                             else RuntimeError(f"memory sink rejected {r.value!r}"))
+                    reporter.report(r, error)
                     continue
             accepted.append(ConnectRecord(self.route(r.topic), r.key, r.value, r.headers, r.timestamp,
                                           r.source_partition, r.source_offset, r.partition))
@@ -128,7 +132,7 @@ class MemorySinkConnector(SinkConnector):
             ConfigDef()
             .define("name", Type.STRING, "memory", "Key of MemorySinkTask.written that receives the records.")
             .define("reject.values", Type.STRING, "", "Regex: matching values are rejected at flush.")
-            .define("reject.times", Type.INT, -1, "Reject a matching record this many times (-1: always).")
+            .define("reject.times", Type.INT, -1, "Reject a matching record this many times, as a transient failure; -1: always, as a permanent one.")
             .define("fail.put.times", Type.INT, 0, "Raise RetriableError from the first N puts."))
 
     @classmethod

@@ -14,6 +14,7 @@ import typer
 
 from connect.errors import ConfigError, ConnectError
 from connect.plugins import list_plugins, resolve_connector
+from connect.secrets import Redactor, install_log_redaction
 from worker.pipeline import PipelineConfig, load_pipeline_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -53,7 +54,9 @@ def run(
     max_epochs: int | None = typer.Option(None, help="Stop after this many epochs."),
     quiet: bool = typer.Option(False, help="Print failures only."),
 ) -> None:
-    """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair."""
+    """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair.
+
+    Secret config values of every pipeline are masked in log lines, progress traces and errors."""
     logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     pipelines, errors = _load_all(configs)
@@ -61,16 +64,23 @@ def run(
         for exc in errors:
             typer.echo(str(exc), err=True)
         raise typer.Exit(2)
+    redactor = Redactor()
+    for pipeline in pipelines:
+        redactor.add(pipeline.secret_values())
+    install_log_redaction(redactor)
     conf = _parse_spark_conf(spark_conf)
 
     from worker.driver import Driver
     from worker.progress import ProgressPrinter
-    from worker.spark import SparkExecutor, build_spark, default_master
-    from worker.store import OffsetStore
+    from worker.spark import SparkExecutor, build_spark, control_host, default_master
+    from worker.store import DataDirLocked, OffsetStore
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    stop_file = data_dir / "stop-requested"
-    stop_file.unlink(missing_ok=True)
+    try:  # before Spark starts: a second worker on this directory stops here, with the reason
+        store = OffsetStore(data_dir)
+    except DataDirLocked as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     stop = threading.Event()
 
     def request_stop(signum, _frame):
@@ -79,31 +89,36 @@ def run(
             os._exit(130)
         typer.echo(f"received {signal.Signals(signum).name}: finishing the epoch, flushing and committing", err=True)
         stop.set()
-        stop_file.touch()
 
-    total_pairs = sum(p.settings["tasks.max"] for p in pipelines)
-    master = master or default_master(total_pairs)
-    typer.echo(f"starting Spark ({master}) for {len(pipelines)} connector(s)", err=True)
-    spark = build_spark(master, conf)
-    # After SparkContext exists: it installs its own SIGINT handler (cancel all jobs), which
-    # would abort the epoch instead of finishing it.
+    # Signals are handled from the start: a SIGTERM while Spark starts is honoured too (the
+    # driver loop sees ``stop`` before its first epoch). Spark's JVM runs in its own session,
+    # so a SIGTERM to the whole process group reaches only this process.
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    store = OffsetStore(data_dir)
+    total_pairs = sum(p.settings.tasks_max for p in pipelines)
+    master = master or default_master(total_pairs)
+    typer.echo(f"starting Spark ({master}) for {len(pipelines)} connector(s)", err=True)
+    spark = None
     try:
+        spark = build_spark(master, conf)
+        # After SparkContext exists: it installs its own SIGINT handler (cancel all jobs), which
+        # would abort the epoch instead of finishing it.
+        signal.signal(signal.SIGINT, request_stop)
         try:
-            driver = Driver(SparkExecutor(spark), store, pipelines, stop_file=str(stop_file),
-                            on_epoch=ProgressPrinter(quiet=quiet))
+            driver = Driver(SparkExecutor(spark), store, pipelines, control_host=control_host(spark),
+                            on_epoch=ProgressPrinter(quiet=quiet, redact=redactor.redact))
         except ConnectError as exc:
-            typer.echo(f"error: a connector could not start: {exc}", err=True)
+            typer.echo(redactor.redact(f"error: a connector could not start: {exc}"), err=True)
             raise typer.Exit(1) from None
         code = driver.run(stop, max_epochs=max_epochs)
         if code:
             typer.echo("every task pair has failed; see the traces above", err=True)
+        elif stop.is_set():
+            typer.echo("stopped: the last epoch is committed", err=True)
     finally:
         store.close()
-        stop_file.unlink(missing_ok=True)
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     raise typer.Exit(code)
 
 
@@ -113,7 +128,7 @@ def validate(configs: List[Path] = typer.Argument(..., help="Connector JSON file
     pipelines, errors = _load_all(configs)
     for p in pipelines:
         typer.echo(f"{p.name}: OK ({p.source_class.__name__} -> {p.sink_class.__name__}, "
-                   f"tasks.max={p.settings['tasks.max']})")
+                   f"tasks.max={p.settings.tasks_max})")
     for exc in errors:
         typer.echo(str(exc), err=True)
     raise typer.Exit(1 if errors else 0)

@@ -1,10 +1,18 @@
-"""The driver loop: every epoch, one Spark job whose partitions are the running task pairs.
+"""The driver: each connector runs its own stream of epochs, one Spark job per epoch.
 
-Per epoch the driver builds one :class:`~worker.partition.TaskPairSpec` per running pair
-(with the connector's committed offsets), runs them all as one Spark job, persists the offsets
-each pair returned (one transaction per connector), records stats and failures, and applies
-task reconfiguration requested by connectors (new topics or partitions) before the next epoch.
-A failed pair is reported with its trace and not scheduled again; the others keep running.
+Per epoch a connector's loop builds one :class:`~worker.partition.TaskPairSpec` per pair that
+should run, runs them as one Spark job (in the connector's own scheduler pool, from the
+connector's own thread), persists the offsets each pair returned, records stats and failures,
+and applies task reconfiguration requested by its connectors before the next epoch. Connectors
+never wait for each other: a slow or blocked connector delays only its own commits. Within a
+connector, every pair's epoch is bounded (``epoch.max.ms`` + ``epoch.grace.ms``), so a stuck pair
+cannot hold its siblings longer than that.
+
+Results are fenced: each launch gives every pair a fresh token, and a result is persisted only
+if it carries the token issued for that pair in that launch (a stale or duplicate attempt can
+never commit). A pair FAILED by transient trouble is restarted with backoff (the connector's
+:class:`~worker.settings.RestartPolicy`); one FAILED by a permanent error stays FAILED, as in
+Kafka Connect, until reconfigured or restarted.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 import uuid
 from typing import Any, Callable, Protocol, Sequence
 
@@ -21,6 +30,7 @@ import orjson
 from connect.connector import ConnectorContext
 from connect.errors import ConnectError
 from connect.tasks.results import FAILED, RUNNING, EpochResult
+from worker.control import ControlServer
 from worker.partition import TaskPairSpec
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.store import OffsetStore
@@ -31,7 +41,9 @@ log = logging.getLogger(__name__)
 
 
 class Executor(Protocol):
-    def run(self, specs: Sequence[TaskPairSpec], description: str) -> list[EpochResult]: ...
+    def run(self, specs: Sequence[TaskPairSpec], description: str, pool: str | None = None) -> list[EpochResult]: ...
+
+    def attach(self, server: ControlServer) -> None: ...
 
 
 @attrs.define
@@ -43,6 +55,8 @@ class TaskState:
     prev_epoch: int | None = None
     last: EpochResult | None = None
     trace: str | None = None
+    failures: int = 0  # consecutive transient failures
+    restart_at: float | None = None  # monotonic time of the next automatic restart
 
 
 def _own_keys(side: dict[str, str]) -> dict[str, str]:
@@ -51,14 +65,16 @@ def _own_keys(side: dict[str, str]) -> dict[str, str]:
 
 
 class PipelineRuntime:
-    """One pipeline's connectors (started here, on the driver) and its task pairs."""
+    """One pipeline's connectors (started here, on the driver), its task pairs and its epochs."""
 
     def __init__(self, pipeline: PipelineConfig, store: OffsetStore, run_id: str):
         self.pipeline = pipeline
         self.name = pipeline.name
+        self.settings = pipeline.settings
         self._store = store
         self._run_id = run_id
         self.offsets = store.load(self.name)
+        self._offsets_lock = threading.Lock()
         self.context = ConnectorContext(self.name)
         self.source_connector = pipeline.source_class()
         self.source_connector.initialize(self.context)
@@ -73,15 +89,18 @@ class PipelineRuntime:
         self.tasks: list[TaskState] = []
         self.records_total = 0  # across reconfigurations
         self.errors_total = 0
+        self.epoch = 0
         self.generation = ""
+        self.last_job_error: Exception | None = None
         self.configure_tasks()
 
+    # -- tasks -------------------------------------------------------------------------------
     def configure_tasks(self) -> None:
         revived = [t.task for t in self.tasks if t.state == FAILED]
         if revived:
             log.warning("connector %s: reconfiguration restarts failed task pair(s) %s, as Kafka Connect does",
                         self.name, revived)
-        max_tasks = self.pipeline.settings["tasks.max"]
+        max_tasks = self.settings.tasks_max
         topics = self.source_connector.source_topics()
         if topics:
             self.sink_connector.prepare_topics(topics)
@@ -97,38 +116,115 @@ class PipelineRuntime:
         log.info("connector %s: %d task pair(s)", self.name, len(self.tasks))
 
     def dlq_config(self, sink_config: dict[str, Any]) -> dict[str, Any] | None:
-        topic = self.pipeline.settings["errors.deadletterqueue.topic.name"]
+        topic = self.settings.dlq_topic
         if not topic:
             return None
         return {**sink_config, **self.pipeline.dlq_overrides, "topic": topic, "topic.template": "{topic}"}
 
-    def specs(self, epoch: int, stop_file: str | None) -> list[TaskPairSpec]:
+    def _due(self, task: TaskState, now: float) -> bool:
+        if task.state == RUNNING:
+            return True
+        if task.restart_at is not None and now >= task.restart_at:
+            log.warning("connector %s: restarting task pair %d (attempt %d after transient failures)",
+                        self.name, task.task, task.failures)
+            task.state, task.restart_at = RUNNING, None
+            return True
+        return False
+
+    def specs(self, epoch: int) -> tuple[list[TaskPairSpec], dict[int, str]]:
+        """Specs of the pairs to run this epoch, and the fencing token issued to each."""
         source_task = self.pipeline.source_class.task_class()
         sink_task = self.pipeline.sink_class.task_class()
-        return [TaskPairSpec(self.name, t.task, epoch, t.prev_epoch, self.generation, source_task, t.source_config,
-                             sink_task, t.sink_config, self.dlq_config(t.sink_config), self.pipeline.settings,
-                             self.offsets, stop_file)
-                for t in self.tasks if t.state == RUNNING]
+        now = time.monotonic()
+        tokens: dict[int, str] = {}
+        specs = []
+        for t in self.tasks:
+            if not self._due(t, now):
+                continue
+            tokens[t.task] = token = uuid.uuid4().hex
+            specs.append(TaskPairSpec(self.name, t.task, epoch, t.prev_epoch, self.generation, source_task,
+                                      t.source_config, sink_task, t.sink_config, self.dlq_config(t.sink_config),
+                                      self.settings.runner, token))
+        return specs, tokens
 
-    def apply(self, results: Sequence[EpochResult]) -> None:
-        """Persist this connector's offsets of one epoch in one transaction, then update states."""
-        offsets: dict[str, dict[str, Any]] = {}
+    def next_restart_in(self) -> float | None:
+        due = [t.restart_at for t in self.tasks if t.restart_at is not None]
+        return max(min(due) - time.monotonic(), 0.0) if due else None
+
+    # -- offsets -------------------------------------------------------------------------------
+    def committed_offsets(self, keys: Sequence[str]) -> dict[str, Any]:
+        """What a starting task asks for: the committed offsets of its own partitions only."""
+        with self._offsets_lock:
+            return {k: self.offsets.get(k) for k in keys}
+
+    # -- epochs --------------------------------------------------------------------------------
+    def run_epoch(self, executor: Executor) -> list[EpochResult]:
+        """One Spark job over this connector's due pairs; [] when nothing ran or the job failed."""
+        self.last_job_error = None
+        if self.context.take_reconfiguration_request():
+            try:
+                self.configure_tasks()
+            except ConnectError as exc:  # e.g. the target is briefly unreachable: keep the old tasks
+                log.warning("connector %s: reconfiguration failed, retrying next epoch: %s", self.name, exc)
+                self.context.request_task_reconfiguration()
+        specs, tokens = self.specs(self.epoch)
+        if not specs:
+            return []
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        try:
+            results = executor.run(specs, f"{self.name} epoch {epoch}", pool=self.name)
+        except Exception as exc:  # noqa: BLE001 - a lost executor must not stop the connector
+            # Nothing of this epoch is persisted; its runners no longer match prev_epoch, so the
+            # next epoch restarts them from the stored offsets (at most one epoch replayed).
+            self.last_job_error = exc
+            log.error("connector %s epoch %d: the Spark job failed, its offsets are not committed: %s",
+                      self.name, epoch, exc)
+            return []
+        return self.apply(results, tokens)
+
+    def apply(self, results: Sequence[EpochResult], tokens: dict[int, str]) -> list[EpochResult]:
+        """Persist the fenced results' offsets (one transaction), then update task states."""
+        accepted = []
         for result in results:
+            if tokens.pop(result.task, None) != result.token or result.task >= len(self.tasks):
+                log.error("connector %s: dropping a result of task pair %d from a stale or duplicate attempt "
+                          "(token %s)", self.name, result.task, result.token or "-")
+                continue
+            accepted.append(result)
+        offsets: dict[str, dict[str, Any]] = {}
+        for result in accepted:
             offsets.update(result.offsets)
         if offsets:
             self._store.commit(self.name, offsets)
-            self.offsets.update(offsets)
-        for result in results:
-            task = self.tasks[result.task]
-            task.last = result
-            self.records_total += result.stats.get("records", 0)
-            self.errors_total += result.stats.get("errors", 0)
-            if result.state == FAILED:
-                task.state = FAILED
-                task.trace = result.trace
-                log.error("task %s-%d FAILED:\n%s", self.name, result.task, result.trace)
-            else:
-                task.prev_epoch = result.epoch
+            with self._offsets_lock:
+                self.offsets.update(offsets)
+        for result in accepted:
+            self._record(result)
+        return accepted
+
+    def _record(self, result: EpochResult) -> None:
+        task = self.tasks[result.task]
+        task.last = result
+        self.records_total += result.stats.get("records", 0)
+        self.errors_total += result.stats.get("errors", 0)
+        if result.state != FAILED:
+            task.prev_epoch = result.epoch
+            task.failures = 0
+            return
+        task.state = FAILED
+        task.trace = result.trace
+        if result.retriable:
+            task.failures += 1
+            delay = self.settings.restart.delay_s(task.failures)
+            task.restart_at = time.monotonic() + delay
+            log.error("task %s-%d FAILED by transient trouble; restarting in %.1f s (restart policy):\n%s",
+                      self.name, result.task, delay, result.trace)
+        else:
+            log.error("task %s-%d FAILED:\n%s", self.name, result.task, result.trace)
+
+    def alive(self) -> bool:
+        """Some pair runs or will be restarted (or the connector waits for its first topics)."""
+        return not self.tasks or any(t.state == RUNNING or t.restart_at is not None for t in self.tasks)
 
     def stop(self) -> None:
         for connector in (self.source_connector, self.sink_connector):
@@ -138,15 +234,22 @@ class PipelineRuntime:
                 log.warning("stopping connector %s: %s", self.name, exc)
 
 
+OnEpoch = Callable[[int, list[EpochResult], list[PipelineRuntime]], None]
+
+
 class Driver:
     def __init__(self, executor: Executor, store: OffsetStore, pipelines: Sequence[PipelineConfig], *,
-                 stop_file: str | None = None,
-                 on_epoch: Callable[[int, list[EpochResult], list[PipelineRuntime]], None] | None = None):
+                 on_epoch: OnEpoch | None = None, control_host: str = "127.0.0.1"):
         self.executor = executor
         self.store = store
-        self.stop_file = stop_file
         self.on_epoch = on_epoch
         self.run_id = uuid.uuid4().hex
+        self.stop_event = threading.Event()
+        self._report_lock = threading.Lock()
+        self.control = ControlServer(control_host)
+        self.control.register("stop", lambda _request: self.stop_event.is_set())
+        self.control.register("offsets", self._offsets_request)
+        executor.attach(self.control)
         self.runtimes: list[PipelineRuntime] = []
         for pipeline in pipelines:
             try:
@@ -154,56 +257,70 @@ class Driver:
             except ConnectError as exc:
                 self.close()
                 raise ConnectError(f"connector {pipeline.name!r}: {exc}") from exc
-        self.epoch = 0
-        self.last_job_error: Exception | None = None
+        self._by_name = {rt.name: rt for rt in self.runtimes}
+
+    def _offsets_request(self, request: dict) -> dict[str, Any]:
+        runtime = self._by_name.get(request.get("connector", ""))
+        return runtime.committed_offsets(request.get("keys", [])) if runtime else {}
+
+    def _report(self, runtime: PipelineRuntime, results: list[EpochResult]) -> None:
+        if self.on_epoch and results:
+            with self._report_lock:
+                self.on_epoch(runtime.epoch - 1, results, self.runtimes)
 
     def run_epoch(self) -> list[EpochResult]:
-        """One Spark job over every running pair; [] when there was nothing to run or it failed."""
-        self.last_job_error = None
+        """One epoch of every connector, one after the other, in this thread (tests, tools)."""
+        results = []
         for rt in self.runtimes:
-            if rt.context.take_reconfiguration_request():
-                try:
-                    rt.configure_tasks()
-                except ConnectError as exc:  # e.g. the target is briefly unreachable: keep the old tasks
-                    log.warning("connector %s: reconfiguration failed, retrying next epoch: %s", rt.name, exc)
-                    rt.context.request_task_reconfiguration()
-        specs = [spec for rt in self.runtimes for spec in rt.specs(self.epoch, self.stop_file)]
-        if not specs:
-            return []
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        try:
-            results = self.executor.run(specs, f"epoch {epoch}")
-        except Exception as exc:  # noqa: BLE001 - a lost executor must not stop every connector
-            # Nothing of this epoch is persisted; its runners no longer match prev_epoch, so the
-            # next epoch restarts them from the stored offsets (at most one epoch replayed).
-            self.last_job_error = exc
-            log.error("epoch %d: the Spark job failed, its offsets are not committed: %s", epoch, exc)
-            return []
-        for rt in self.runtimes:
-            rt.apply([r for r in results if r.connector == rt.name])
-        if self.on_epoch:
-            self.on_epoch(epoch, results, self.runtimes)
+            done = rt.run_epoch(self.executor)
+            self._report(rt, done)
+            results.extend(done)
         return results
 
     def any_running(self) -> bool:
-        return any(t.state == RUNNING for rt in self.runtimes for t in rt.tasks) or any(
-            not rt.tasks for rt in self.runtimes)
+        return any(rt.alive() for rt in self.runtimes)
 
-    def run(self, stop: threading.Event, *, max_epochs: int | None = None, idle_wait: float = 1.0) -> int:
-        """Run epochs until ``stop`` is set; return 0, or 1 when every task pair has failed."""
+    def _connector_loop(self, rt: PipelineRuntime, max_epochs: int | None, idle_wait: float) -> None:
+        stop = self.stop_event
+        while not stop.is_set() and (max_epochs is None or rt.epoch < max_epochs):
+            try:
+                done = rt.run_epoch(self.executor)
+            except Exception:  # noqa: BLE001 - a bug in one connector's loop must not end the others
+                log.exception("connector %s: epoch loop error; retrying", rt.name)
+                done = []
+            self._report(rt, done)
+            if done:
+                continue
+            if not rt.alive():
+                log.error("connector %s: every task pair has failed; it stays stopped", rt.name)
+                return
+            # No pair due (waiting for topics or a restart backoff), or the Spark job failed.
+            wait = idle_wait * (5 if rt.last_job_error is not None else 1)
+            restart_in = rt.next_restart_in()
+            stop.wait(min(wait, restart_in) if restart_in is not None else wait)
+
+    def run(self, stop: threading.Event | None = None, *, max_epochs: int | None = None,
+            idle_wait: float = 1.0) -> int:
+        """Run every connector's epochs, each in its own thread, until ``stop`` is set (or each
+        ran ``max_epochs``); return 0, or 1 when every task pair has failed for good."""
+        if stop is not None:
+            threading.Thread(target=lambda: (stop.wait(), self.stop_event.set()), daemon=True).start()
+        threads = [threading.Thread(target=self._connector_loop, args=(rt, max_epochs, idle_wait),
+                                    name=f"connector-{rt.name}", daemon=True) for rt in self.runtimes]
         try:
-            while not stop.is_set():
-                if max_epochs is not None and self.epoch >= max_epochs:
-                    break
-                if not self.run_epoch():
-                    if not self.any_running():
-                        return 1
-                    # no task pairs yet (waiting for topics), or the Spark job failed: back off
-                    stop.wait(idle_wait * (5 if self.last_job_error is not None else 1))
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.5)
             return 0 if self.any_running() else 1
         finally:
             self.close()
 
     def close(self) -> None:
+        """Stop the connectors, the control channel and the store (releasing the data directory)."""
         for rt in self.runtimes:
             rt.stop()
+        self.runtimes = []
+        self.control.close()
+        self.store.close()

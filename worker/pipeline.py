@@ -12,10 +12,18 @@ Keys starting ``source.`` configure the source connector (the prefix is removed 
 them), ``sink.`` the sink connector, ``dlq.`` override sink keys for the dead-letter writer, and
 the remaining keys are the framework's own (:data:`PIPELINE_CONFIG`). Values are strings, as in
 Kafka Connect; numbers and booleans are accepted and turned into strings.
+
+Guarantees of :func:`parse_pipeline`: the connector name is 1 to 128 letters, digits, ``.``,
+``_`` or ``-`` starting with a letter or digit (it becomes file names and ids, so it can never
+hold a path); every key is known - a framework key, a side key (:data:`SIDE_CONFIG`) or a key the
+side's connector declares or passes through (``dlq.*`` against the sink connector) - or it is
+reported with a did-you-mean; and no issue shows a secret's value (declared secrets, keys named
+like credentials, and any text containing such a value are masked).
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -25,32 +33,46 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
-from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of
+from connect.config import ConfigDef, Importance, Type, in_range, non_empty, one_of
 from connect.connector import SinkConnector, SourceConnector
 from connect.converters import CONVERTERS
 from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
+from connect.secrets import MASK, Redactor, is_secret_name
+from worker.settings import FrameworkSettings
 
 __all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file",
-           "resolve_env_references"]
+           "resolve_env_references", "check_connector_name"]
+
+_HOUR_MS = 3_600_000
 
 PIPELINE_CONFIG = (
     ConfigDef()
     .define("tasks.max", Type.INT, 1, "Most task pairs to run; the source connector may use fewer.",
-            importance=Importance.HIGH, validator=at_least(1))
+            importance=Importance.HIGH, validator=in_range(1, 1024))
     .define("epoch.max.ms", Type.INT, 10_000, "Longest epoch: offsets are committed at least this often.",
-            validator=at_least(10))
+            validator=in_range(10, _HOUR_MS))
     .define("epoch.max.records", Type.INT, 1_000_000, "The epoch ends once a task pair moved this many records "
             "(the last poll's batch is always completed).",
-            validator=at_least(1))
+            validator=in_range(1, 1_000_000_000))
     .define("max.in.flight.records", Type.INT, 100_000,
             "Records put to the sink but not yet acknowledged before polling pauses for a flush.",
-            validator=at_least(1))
+            validator=in_range(1, 10_000_000))
     .define("errors.retry.timeout", Type.INT, 30_000,
-            "Milliseconds to keep retrying a retriable failure (poll, put, rejected records); 0 = no retry.",
-            validator=at_least(0))
+            "Milliseconds a transient failure (poll, put, undelivered records) may last before the task pair is "
+            "FAILED and restarted with backoff; -1 = retry forever, 0 = fail at once. Nothing is ever skipped.",
+            validator=in_range(-1, 7 * 24 * _HOUR_MS))
     .define("errors.retry.delay.max.ms", Type.INT, 5_000, "Longest wait between retries (backoff doubles from 100 ms).",
-            validator=at_least(1))
+            validator=in_range(1, _HOUR_MS))
+    .define("epoch.grace.ms", Type.INT, 2_000,
+            "Time after epoch.max.ms (or after a stop request) for the final flush and failed-record handling; "
+            "what is not acknowledged by then is committed in a later epoch.",
+            validator=in_range(0, _HOUR_MS))
+    .define("errors.restart.backoff.ms", Type.INT, 1_000,
+            "First wait before a task pair FAILED by transient trouble is restarted; doubles per failed restart.",
+            validator=in_range(0, _HOUR_MS))
+    .define("errors.restart.backoff.max.ms", Type.INT, 60_000, "Longest wait between restarts of a task pair.",
+            validator=in_range(0, 24 * _HOUR_MS))
     .define("errors.tolerance", Type.STRING, "none",
             "none: a record that fails after retries, hooks and DLQ fails the task; all: skip and count it.",
             validator=one_of("none", "all"))
@@ -71,12 +93,20 @@ SIDE_CONFIG = (
 )
 
 _PREFIXES = ("source.", "sink.", "dlq.")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_NAME_RULE = ("must be a non-empty string naming the connector: 1 to 128 characters, letters, digits, "
+              "'.', '_' or '-', starting with a letter or digit")
+
+
+def check_connector_name(name: Any) -> str | None:
+    """None when ``name`` is a valid connector name (it becomes file names and ids), else the rule."""
+    return None if isinstance(name, str) and _NAME.fullmatch(name) else _NAME_RULE
 
 
 @attrs.frozen
 class PipelineConfig:
     name: str
-    settings: dict[str, Any]
+    settings: FrameworkSettings
     source_class: type[SourceConnector]
     source_config: dict[str, str]
     sink_class: type[SinkConnector]
@@ -86,6 +116,37 @@ class PipelineConfig:
 
     def config_hash(self) -> str:
         return hashlib.sha256(orjson.dumps(self.raw, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+    def secret_keys(self) -> set[str]:
+        """Keys of :attr:`raw` holding credentials: declared secret by the connector of their side
+        (``dlq.*`` by the sink's) or named like a credential."""
+        return _secret_keys(self.raw, {"source": self.source_class, "sink": self.sink_class})
+
+    def secret_values(self) -> set[str]:
+        """The non-empty values of :meth:`secret_keys`, e.g. for a :class:`~connect.secrets.Redactor`."""
+        return {self.raw[k] for k in self.secret_keys() if self.raw[k]}
+
+
+def _secret_keys(flat: Mapping[str, str], classes: Mapping[str, type | None]) -> set[str]:
+    declared = {f"{side}.{name}" for side, cls in (*classes.items(), ("dlq", classes.get("sink"))) if cls is not None
+                for name in cls.config_def().secret_names()}
+    return {k for k in flat if k in declared or is_secret_name(k)}
+
+
+def _scrub(issues: list[ConfigIssue], flat: Mapping[str, str], classes: Mapping[str, type | None]) -> list[ConfigIssue]:
+    """The issues with every secret masked: values of secret keys, and secret values inside any text."""
+    secret = _secret_keys(flat, classes)
+    redact = Redactor.from_config(flat, secret).redact
+
+    def scrub(issue: ConfigIssue) -> ConfigIssue:
+        value = issue.value
+        if value is not None and (issue.key in secret or is_secret_name(issue.key)):
+            value = MASK
+        elif isinstance(value, str):
+            value = redact(value)
+        return ConfigIssue(redact(issue.key), value, redact(issue.message))
+
+    return [scrub(issue) for issue in issues]
 
 
 def _flat_strings(config: Mapping[str, Any], issues: list[ConfigIssue]) -> dict[str, str]:
@@ -122,7 +183,20 @@ def _resolve_side(flat: dict[str, str], kind: str, issues: list[ConfigIssue]):
     own = {k: v for k, v in side.items() if k not in SIDE_CONFIG}
     for issue in cls.validate(own):
         issues.append(issue._replace(key=f"{kind}.{issue.key}"))
+    issues.extend(cls.config_def().unknown_keys(own, prefix=f"{kind}.", also_known=[k.name for k in SIDE_CONFIG.keys()]))
     return cls, side
+
+
+def _unknown_pipeline_key(key: str, classes: Mapping[str, type | None]) -> ConfigIssue:
+    """A framework key nobody declares: suggest the sides whose connector takes it (else both) and
+    a close framework key."""
+    sides = [f"{kind}.{key}" for kind, cls in classes.items()
+             if cls is not None and (key in cls.config_def() or cls.config_def().passes_through(key))]
+    hint = " or ".join(sides or [f"source.{key}", f"sink.{key}"])
+    close = difflib.get_close_matches(key, [k.name for k in PIPELINE_CONFIG.keys()], n=1)
+    if close:
+        hint += f" (connector keys take their side's prefix) or the framework key {close[0]}"
+    return ConfigIssue(key, None, f"unknown pipeline key; did you mean {hint}?")
 
 
 def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfig:
@@ -131,8 +205,9 @@ def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfi
     if not isinstance(document, dict):
         raise ConfigError([ConfigIssue("$", None, "must be a JSON object with 'name' and 'config'")], source=source)
     name = document.get("name")
-    if not isinstance(name, str) or not name.strip():
-        issues.append(ConfigIssue("$.name", name, "must be a non-empty string naming the connector"))
+    name = name.strip() if isinstance(name, str) else name
+    if problem := check_connector_name(name):
+        issues.append(ConfigIssue("$.name", name, problem))
     unknown_top = sorted(set(document) - {"name", "config"})
     for key in unknown_top:
         issues.append(ConfigIssue(f"$.{key}", None, "unknown field; a connector file holds only 'name' and 'config'"))
@@ -142,18 +217,21 @@ def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfi
         raise ConfigError(issues, source=source)
     flat = _flat_strings(config, issues)
     own = {k: v for k, v in flat.items() if not k.startswith(_PREFIXES)}
-    for key in sorted(set(own) - {k.name for k in PIPELINE_CONFIG.keys()} - {"name"}):
-        hint = f"; did you mean source.{key} or sink.{key}?"
-        issues.append(ConfigIssue(key, own[key], f"unknown pipeline key{hint}"))
     issues.extend(PIPELINE_CONFIG.validate(own))
     source_cls, source_cfg = _resolve_side(flat, "source", issues)
     sink_cls, sink_cfg = _resolve_side(flat, "sink", issues)
+    classes = {"source": source_cls, "sink": sink_cls}
+    for key in sorted(set(own) - {k.name for k in PIPELINE_CONFIG.keys()} - {"name"}):
+        issues.append(_unknown_pipeline_key(key, classes))
+    dlq = _side(flat, "dlq.")
+    if sink_cls is not None:
+        issues.extend(sink_cls.config_def().unknown_keys(dlq, prefix="dlq."))
     if issues:
-        raise ConfigError(issues, source=source)
-    settings = PIPELINE_CONFIG.parse(own)
+        raise ConfigError(_scrub(issues, flat, classes), source=source)
+    settings = FrameworkSettings.from_config(PIPELINE_CONFIG.parse(own))
     return PipelineConfig(
-        name=name.strip(), settings=settings, source_class=source_cls, source_config=source_cfg,
-        sink_class=sink_cls, sink_config=sink_cfg, dlq_overrides=_side(flat, "dlq."), raw=flat,
+        name=name, settings=settings, source_class=source_cls, source_config=source_cfg,
+        sink_class=sink_cls, sink_config=sink_cfg, dlq_overrides=dlq, raw=flat,
     )
 
 

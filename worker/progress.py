@@ -1,9 +1,13 @@
-"""Live progress lines for ``connect run``: one line per task pair per epoch, plus failures."""
+"""Live progress lines for ``connect run``: one line per task pair per epoch, plus failures.
+
+Failure traces pass through the printer's ``redact`` callable (when given) before they are
+printed, so secret config values echoed in an exception never reach the terminal.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Callable, TextIO
 
 from connect.tasks.results import FAILED, EpochResult
 
@@ -26,16 +30,17 @@ def format_result(r: EpochResult) -> str:
 
 
 class ProgressPrinter:
-    def __init__(self, out: TextIO = sys.stderr, quiet: bool = False):
+    def __init__(self, out: TextIO = sys.stderr, quiet: bool = False, redact: Callable[[str], str] | None = None):
         self.out = out
         self.quiet = quiet
+        self.redact = redact or (lambda text: text)
 
     def __call__(self, epoch: int, results: list[EpochResult], runtimes) -> None:
         for r in sorted(results, key=lambda r: (r.connector, r.task)):
             if not self.quiet or r.state == FAILED:
                 print(format_result(r), file=self.out)
             if r.state == FAILED and r.trace:
-                print(f"task {r.connector}/{r.task} FAILED:\n{r.trace}", file=self.out)
+                print(self.redact(f"task {r.connector}/{r.task} FAILED:\n{r.trace}"), file=self.out)
         if not self.quiet:
             total = sum(rt.records_total for rt in runtimes)
             print(f"epoch {epoch:>4}  total {total:,} records committed", file=self.out, flush=True)

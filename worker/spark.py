@@ -6,16 +6,16 @@ inside a (reused) PySpark Python worker and returns only the small EpochResult.
 
 from __future__ import annotations
 
+import itertools
 import os
-import shutil
 import sys
-import tempfile
-import weakref
+import threading
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from connect.tasks.results import EpochResult
-from worker.partition import TaskPairSpec, run_claimed_epoch, run_task_pair_epoch
+from worker.control import ControlAddress
+from worker.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
 
 __all__ = ["build_spark", "SparkExecutor", "default_master"]
 
@@ -26,6 +26,8 @@ SPARK_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.log.level": "WARN",
     "spark.task.maxFailures": "1",  # an epoch that fails is reported, not silently re-run
+    "spark.speculation": "false",  # a second attempt of a pair must never run beside the first
+    "spark.scheduler.mode": "FAIR",  # each connector's jobs in their own pool: independent epochs
     "spark.sql.shuffle.partitions": "1",
 }
 
@@ -42,51 +44,120 @@ def default_master(total_task_pairs: int) -> str:
 
 
 def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: str = "connect"):
+    """A SparkSession whose driver JVM runs in a session of its own.
+
+    SIGTERM sent to the whole process group (systemd, most supervisors) must reach only the
+    Python driver, which then ends the epoch, commits and stops Spark itself; the JVM (and its
+    Python workers, which are its children) must not die first. PySpark already keeps SIGINT
+    away from the JVM; a new session keeps every group signal away. The JVM still exits with the
+    driver: it watches its stdin pipe.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     path = os.environ.get("PYTHONPATH", "")
     if _PROJECT_ROOT not in path.split(os.pathsep):  # a source checkout that was not pip-installed
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, path) if p)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName(app_name)
-    defaults = dict(SPARK_DEFAULTS)
+    settings = dict(SPARK_DEFAULTS)
     if master.startswith("local"):
-        defaults["spark.driver.extraJavaOptions"] = LOCAL_DRIVER_JAVA_OPTIONS
-    for key, value in {**defaults, **(conf or {})}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(spark.conf.get("spark.log.level", "WARN"))
+        settings["spark.driver.extraJavaOptions"] = LOCAL_DRIVER_JAVA_OPTIONS
+    settings.update(conf or {})
+    spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    for key, value in settings.items():
+        spark_conf.set(key, value)
+    if SparkContext._gateway is None:
+        SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+        SparkContext._jvm = SparkContext._gateway.jvm
+    sc = SparkContext.getOrCreate(spark_conf)
+    spark = SparkSession(sc)
+    sc.setLogLevel(settings.get("spark.log.level", "WARN"))
     return spark
 
 
-class SparkExecutor:
-    """Runs one epoch of every task pair as one Spark job, one partition per pair.
+def control_host(spark) -> str:
+    """Where executors reach the driver: loopback in local mode, else the driver's host."""
+    sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return "127.0.0.1"
+    return sc.getConf().get("spark.driver.host", "127.0.0.1")
 
-    In local mode the partitions claim their pairs through a directory every Python worker can
-    see, so a pair stays in the process that holds its runner and clients (see
-    ``worker.partition.run_claimed_epoch``); on a cluster, partition i runs pair i.
+
+class ClaimBook:
+    """Driver side of claiming: per job, which pair each Spark task runs (see ``worker.partition``).
+
+    Each pair is granted once per job; a task is offered a pair cached fresh in its process
+    first, then pair ``index``, then any pair not yet granted. ``moves`` counts grants of a pair
+    to a process other than the one that ran it last.
     """
 
-    def __init__(self, spark, claim_root: str | None = None):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, tuple[list[str], set[str]]] = {}
+        self._where: dict[str, tuple[str, int]] = {}  # pair -> (host, pid) of its last grant
+        self.moves = 0
+        self.grants = 0
+
+    def open(self, job: str, pairs: list[str]) -> None:
+        with self._lock:
+            self._jobs[job] = (pairs, set())
+
+    def close(self, job: str) -> None:
+        with self._lock:
+            self._jobs.pop(job, None)
+
+    def claim(self, request: dict) -> str | None:
+        with self._lock:
+            pairs, taken = self._jobs.get(request["job"], ([], set()))
+            index = request.get("index", 0)
+            preferred = [p for p in request.get("fresh", ()) if p in pairs]
+            for pair in [*preferred, *pairs[index:index + 1], *pairs]:
+                if pair not in taken:
+                    taken.add(pair)
+                    where = (request.get("host", ""), request.get("pid", 0))
+                    if self._where.get(pair, where) != where:
+                        self.moves += 1
+                    self._where[pair] = where
+                    self.grants += 1
+                    return pair
+            return None
+
+
+class SparkExecutor:
+    """Runs one epoch of a connector's task pairs as one Spark job, one partition per pair.
+
+    Each connector's jobs are submitted from its own driver thread, in its own FAIR scheduler pool
+    (``spark.scheduler.pool`` = the connector name), so connectors never wait for each other.
+    The partitions claim their pairs from the driver (:class:`ClaimBook`) over the control
+    channel, which works in local mode and on a cluster alike.
+    """
+
+    def __init__(self, spark):
         self.spark = spark
         self.sc = spark.sparkContext
-        local = self.sc.master.startswith("local")
-        self.claim_root = (claim_root or tempfile.mkdtemp(prefix="connect-claims-")) if local else None
-        if self.claim_root is not None and claim_root is None:
-            weakref.finalize(self, shutil.rmtree, self.claim_root, True)
-        self._jobs = 0
+        self.claims = ClaimBook()
+        self.control: ControlAddress | None = None
+        self._jobs = itertools.count()
 
-    def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch") -> list[EpochResult]:
-        self.sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
+    def attach(self, server) -> None:
+        """Serve claims on the driver's control channel."""
+        server.register("claim", self.claims.claim)
+        self.control = server.address
+
+    def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch", pool: str | None = None
+            ) -> list[EpochResult]:
+        if self.control is None:
+            raise RuntimeError("SparkExecutor.attach(control server) must be called before run()")
         specs = list(specs)
-        if self.claim_root is None:
-            return self.sc.parallelize(specs, len(specs)).map(run_task_pair_epoch).collect()
-        self._jobs += 1
-        claim_dir = os.path.join(self.claim_root, f"job-{self._jobs}")
-        os.makedirs(claim_dir)
+        job = JobContext(self.control, f"job-{next(self._jobs)}")
+        sc = self.sc
+        sc.setLocalProperty("spark.scheduler.pool", pool or "default")
+        sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
+        self.claims.open(job.job, [pair_id(s.connector, s.task) for s in specs])
         try:
-            return (self.sc.parallelize(range(len(specs)), len(specs))
-                    .map(lambda i: run_claimed_epoch(i, specs, claim_dir)).collect())
+            return (sc.parallelize(range(len(specs)), len(specs))
+                    .map(lambda i: run_claimed_epoch(i, specs, job)).collect())
         finally:
-            shutil.rmtree(claim_dir, ignore_errors=True)
+            self.claims.close(job.job)

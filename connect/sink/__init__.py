@@ -6,18 +6,31 @@ Guarantees the framework makes to a sink task:
   source order, per source partition.
 - ``put`` may send asynchronously. A :class:`~connect.errors.RetriableError` from ``put`` means
   "nothing of this batch was accepted, call again with the same batch".
-- A record that the sink accepted but the destination rejected is reported with
-  ``context.errant_record_reporter.report(record, error)``; the runner then retries it, sends it
-  to the dead-letter destination, asks the source task's RIP-45 hooks, or applies
-  ``errors.tolerance``. The sink must never drop a record silently.
-- ``pre_commit(offsets)`` (default: ``flush(offsets)``, then return ``offsets``) is called at the end
-  of an epoch and whenever ``max.in.flight.records`` are unacknowledged: it must block until every
-  record put so far was acknowledged or reported. The offsets it returns are the ones committed.
+- Every record's outcome is tied to that record (a per-message callback or correlation id bound
+  to it when it is sent), never found again by comparing content. A record the destination did
+  not take is reported with ``context.errant_record_reporter.report(record, error)``:
+  - a :class:`~connect.errors.RetriableError` means *transient* (timeout, lost connection, leader
+    change, full queue, broker busy): the runner re-sends it, in order, and its source partition's
+    offset does not move until it is acknowledged; it is never skipped by tolerance, hooks or
+    the dead-letter destination;
+  - any other error means *permanent for this record* (too large, invalid, refused): the runner
+    asks the source task's RIP-45 hooks, then the dead-letter destination, then applies
+    ``errors.tolerance``.
+  The sink must never drop a record silently.
+- Waits are bounded: ``context.time_left()`` says how many seconds the current call may block
+  (the epoch deadline, or 0 once the worker asked to stop). A ``put`` that cannot hand every
+  record to its client in time reports the rest as transient failures; a ``flush`` that cannot
+  see every acknowledgement in time returns ``False``.
+- ``pre_commit(offsets)`` (default: ``flush(offsets)``, then ``offsets`` if it completed, else
+  ``{}``) is called at the end of an epoch and whenever ``max.in.flight.records`` are
+  unacknowledged. The offsets it returns are committed: only partitions whose every record put so
+  far was acknowledged or reported may be in it.
 - ``close(partitions)`` and ``stop()`` when the pair stops or is reconfigured.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Sequence
 
 from connect.records import ConnectRecord, SourceOffset, SourcePartition
@@ -44,6 +57,11 @@ class SinkTaskContext:
         self.task_id = task_id
         self.configs = dict(configs)
         self.errant_record_reporter = reporter or ErrantRecordReporter()
+        self.deadline = float("inf")  # time.monotonic() value; the runner moves it each epoch
+
+    def time_left(self) -> float:
+        """Seconds the current call may still block (0 when the deadline has passed)."""
+        return max(self.deadline - time.monotonic(), 0.0)
 
 
 class SinkTask:
@@ -65,12 +83,13 @@ class SinkTask:
     def put(self, records: Sequence[ConnectRecord]) -> None:
         raise NotImplementedError
 
-    def flush(self, offsets: Mapping[str, SourceOffset]) -> None:
-        """Block until every record put so far was acknowledged or reported as failed."""
+    def flush(self, offsets: Mapping[str, SourceOffset]) -> bool | None:
+        """Block until every record put so far was acknowledged or reported as failed, at most
+        ``context.time_left()`` seconds; return ``False`` if time ran out first."""
 
     def pre_commit(self, offsets: Mapping[str, SourceOffset]) -> Mapping[str, SourceOffset]:
-        self.flush(offsets)
-        return offsets
+        """The offsets safe to commit: all of them after a complete flush, none otherwise."""
+        return {} if self.flush(offsets) is False else offsets
 
     def close(self, partitions: Sequence[SourcePartition]) -> None:
         """These source partitions will send no more records to this task instance."""

@@ -5,7 +5,8 @@ Guarantees the framework makes to a source task:
   the last *committed* offset of each source partition: the offset of the last record the sink
   acknowledged. Resume *after* it (offset + 1 for Kafka), not at it.
 - ``poll`` is called from one thread, in a loop; it should return within about
-  ``poll.timeout.ms`` (an empty list or None when nothing arrived), so the epoch can end on time.
+  ``poll.timeout.ms`` and never later than ``context.time_left()`` seconds (an empty list or None
+  when nothing arrived), so the epoch can end on time.
 - ``commit`` is called after the driver persisted the offsets of records returned so far (at the
   start of the next epoch in the same process; not at all if the pair moved to another process).
 - ``commit_record(record, metadata)`` is called for each record the sink acknowledged, only if
@@ -20,7 +21,8 @@ Guarantees the framework makes to a source task:
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+import time
+from typing import Any, Callable, Mapping, Sequence
 
 from connect.records import ConnectRecord, SourceOffset, SourcePartition, partition_key
 
@@ -30,16 +32,31 @@ log = logging.getLogger(__name__)
 
 
 class OffsetStorageReader:
-    """Read-only view of committed offsets, keyed by source partition."""
+    """Read-only view of committed offsets, keyed by source partition.
 
-    def __init__(self, offsets: Mapping[str, Mapping[str, Any]] | None = None):
-        self._offsets = dict(offsets or {})
+    Either a fixed map (tests, standalone use), or a ``lookup(keys) -> {key: offset or None}``
+    the worker provides: a task then learns the offsets of the partitions it asks for, and only
+    those (Kafka Connect's OffsetStorageReader reads its store the same way). Answers are cached
+    for the life of the task.
+    """
+
+    def __init__(self, offsets: Mapping[str, Mapping[str, Any]] | None = None,
+                 lookup: Callable[[list[str]], Mapping[str, SourceOffset | None]] | None = None):
+        self._answers: dict[str, SourceOffset | None] = dict(offsets or {})
+        self._lookup = lookup
 
     def offset(self, partition: SourcePartition) -> SourceOffset | None:
-        return self._offsets.get(partition_key(partition))
+        return self.offsets([partition])[partition_key(partition)]
 
     def offsets(self, partitions: Sequence[SourcePartition]) -> dict[str, SourceOffset | None]:
-        return {partition_key(p): self.offset(p) for p in partitions}
+        return self.offsets_by_key([partition_key(p) for p in partitions])
+
+    def offsets_by_key(self, keys: Sequence[str]) -> dict[str, SourceOffset | None]:
+        missing = [k for k in keys if k not in self._answers]
+        if missing and self._lookup is not None:
+            found = self._lookup(missing)
+            self._answers.update((k, found.get(k)) for k in missing)
+        return {k: self._answers.get(k) for k in keys}
 
 
 class SourceTaskContext:
@@ -47,6 +64,12 @@ class SourceTaskContext:
         self.task_id = task_id
         self.configs = dict(configs)
         self.offset_storage_reader = offset_storage_reader
+        self.deadline = float("inf")  # time.monotonic() value; the runner moves it each epoch
+        self.failures: list = []  # (record, error) pairs the RIP-45 hooks are being asked about
+
+    def time_left(self) -> float:
+        """Seconds the current call may still block (0 when the deadline has passed)."""
+        return max(self.deadline - time.monotonic(), 0.0)
 
 
 class SourceTask:

@@ -8,6 +8,11 @@ Order of decision (first that accepts wins, and the record's offset may then adv
 4. ``errors.tolerance=all`` - skipped.
 Whatever none of them accepts is returned: the runner keeps its partition's offset where it was
 and fails the task. Every record is counted in exactly one of the stats' buckets.
+
+Only *permanent* failures come here. Transient ones (timeouts, lost connections, a full queue:
+:class:`~connect.errors.RetriableError`) are re-sent by the runner and never reach the hooks, the
+dead-letter topic or ``errors.tolerance``. Before the hooks are called, the source task's
+``context.failures`` holds the ``(record, error)`` pairs, so a hook can see why each failed.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Sequence
 
+from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTask
 from connect.source import SourceTask
@@ -49,7 +55,8 @@ def dead_letter_record(record: ConnectRecord, error: BaseException, *, connector
 
 class FailedRecordHandler:
     def __init__(self, *, source: SourceTask, stats: EpochStats, tolerance_all: bool, log_errors: bool,
-                 dlq_factory: Callable[[], SinkTask] | None, connector: str, task: str, dlq_headers: bool):
+                 dlq_factory: Callable[[], SinkTask] | None, connector: str, task: str, dlq_headers: bool,
+                 deadline: Callable[[], float] = lambda: float("inf")):
         self._source = source
         self._stats = stats
         self._tolerance_all = tolerance_all
@@ -59,17 +66,23 @@ class FailedRecordHandler:
         self._connector = connector
         self._task = task
         self._dlq_headers = dlq_headers
+        self._deadline = deadline
 
     def handle(self, failures: Sequence[Failure]) -> list[Failure]:
-        """Resolve ``failures``; return the ones nothing accepted."""
+        """Resolve ``failures``; return the ones nothing accepted.
+
+        Raises RetriableError when the dead-letter topic could not take them in time: the caller
+        keeps them (and their partitions' offsets) for the next attempt.
+        """
         if not failures:
             return []
         stats = self._stats
-        stats.errors += len(failures)
         if self._log_errors:
             for record, error in failures:
                 log.error("[%s/%s] record %s failed: %s", self._connector, self._task, record.position(), error)
         records = [record for record, _ in failures]
+        if self._source.context is not None:
+            self._source.context.failures = list(failures)
         if self._source.dismiss_failed_msgs(records):
             stats.dismissed += len(records)
             return []
@@ -92,12 +105,17 @@ class FailedRecordHandler:
             self._dlq = self._dlq_factory()
         batch = [dead_letter_record(r, e, connector=self._connector, task=self._task, with_headers=self._dlq_headers)
                  for r, e in failures]
+        self._dlq.context.deadline = self._deadline()
         self._dlq.put(batch)
-        self._dlq.flush({})
+        complete = self._dlq.flush({}) is not False
         rejected = self._dlq.context.errant_record_reporter.take()
         if rejected:
             record, error = rejected[0]
-            raise RuntimeError(f"dead-letter topic rejected {len(rejected)} record(s), first {record.position()}: {error}")
+            if all(isinstance(e, RetriableError) for _, e in rejected):
+                raise RetriableError(f"dead-letter topic did not take {len(rejected)} record(s) yet: {error}")
+            raise ConnectError(f"dead-letter topic rejected {len(rejected)} record(s), first {record.position()}: {error}")
+        if not complete:
+            raise RetriableError("dead-letter writes not acknowledged before the epoch deadline")
 
     def close(self) -> None:
         if self._dlq is not None:

@@ -16,8 +16,9 @@ FAILED = "FAILED"
 class EpochStats:
     records: int = 0  # records put to the sink
     bytes: int = 0  # key + value bytes put to the sink
-    errors: int = 0  # records that failed (conversion or rejected by the destination after retries)
-    retries: int = 0  # retried calls (poll, put, flush) and re-sent rejected records
+    errors: int = 0  # records that failed permanently (conversion, refused by the destination)
+    transient: int = 0  # transient delivery failures (timeouts, full queue...): re-sent, never skipped
+    retries: int = 0  # retried calls (poll, put, flush) and re-sent records
     dismissed: int = 0  # failed records the source task dismissed (dismiss_failed_msgs)
     customer_handled: int = 0  # failed records the source task handled (customer_failed_msgs)
     dead_lettered: int = 0  # failed records written to the dead-letter topic
@@ -26,6 +27,17 @@ class EpochStats:
     latency_ms_max: float = 0.0  # record age (now - record timestamp) when put, worst seen
     latency_ms_sum: float = 0.0
     latency_samples: int = 0
+    failure_reasons: dict[str, int] = attrs.field(factory=dict)  # "ErrorClass: message" -> records
+
+    def count_reasons(self, failures) -> dict[str, int]:
+        """Group ``(record, error)`` pairs by reason; add them to ``failure_reasons``; return this batch's."""
+        batch: dict[str, int] = {}
+        for _, error in failures:
+            reason = f"{type(error).__name__}: {error}"[:300]
+            batch[reason] = batch.get(reason, 0) + 1
+        for reason, n in batch.items():
+            self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + n
+        return batch
 
     def observe_latency(self, age_ms: float) -> None:
         if age_ms > self.latency_ms_max:
@@ -57,6 +69,9 @@ class EpochResult:
     trace: str | None = None
     pid: int = 0
     restarted: bool = False  # the worker process had to (re)start this pair's tasks
+    retriable: bool = False  # FAILED by transient trouble (retries exhausted, cannot start): restart with backoff
+    token: str = ""  # the driver's fencing token of the attempt that produced this result
+    host: str = ""  # where it ran (hostname), with ``pid``
 
     @property
     def duration(self) -> float:

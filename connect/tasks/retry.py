@@ -1,52 +1,85 @@
-"""Retry with exponential backoff for RetriableError, bounded by ``errors.retry.timeout``."""
+"""Retrying transient failures: exponential backoff, bounded by the epoch and by ``errors.retry.timeout``.
+
+A transient failure (a :class:`~connect.errors.RetriableError`) is retried for as long as it
+keeps failing, across epochs: the clock of one operation ("source poll", "sink put",
+"delivery"...) starts at its first failure and stops at its next success. Waits between attempts
+never outlast the epoch (``time_left``): when the epoch runs out the wait raises
+:class:`EpochOver` and the runner ends the epoch normally, committing what was acknowledged;
+the next epoch carries on with the same clock. Only when one operation has been failing for
+longer than ``errors.retry.timeout`` does :class:`~connect.errors.RetriesExhaustedError` fail
+the pair - which the worker then restarts with backoff from its committed offsets.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Callable, TypeVar
 
-from connect.errors import RetriableError
+from connect.errors import RetriableError, RetriesExhaustedError
 
-__all__ = ["RetryPolicy"]
+__all__ = ["RetryPolicy", "EpochOver"]
 
 T = TypeVar("T")
 
+_FIRST_DELAY = 0.1
+
+
+class EpochOver(Exception):
+    """A wait was cut short by the epoch deadline or the stop signal (not an error)."""
+
 
 class RetryPolicy:
-    """Retries a call that raises RetriableError: 100 ms, 200 ms, ... capped at ``max_delay_ms``."""
-
     def __init__(self, timeout_ms: int, max_delay_ms: int, *, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, on_retry: Callable[[], None] | None = None):
         self.timeout_ms = timeout_ms
         self.max_delay_ms = max_delay_ms
         self._sleep = sleep
         self._clock = clock
-        self._on_retry = on_retry
+        self.on_retry = on_retry
+        self._since: dict[str, float] = {}  # operation -> monotonic time of its first failure
+        self._delay: dict[str, float] = {}  # operation -> next backoff
 
-    def delays(self):
-        """Yield successive delays (seconds) until the timeout would be exceeded."""
-        deadline = self._clock() + self.timeout_ms / 1000
-        delay = 0.1
+    def failed(self, what: str, error: BaseException) -> float:
+        """Record a failure of ``what``; return the backoff before the next attempt.
+
+        Raises RetriesExhaustedError when ``what`` has been failing for longer than the timeout.
+        """
+        now = self._clock()
+        since = self._since.setdefault(what, now)
+        if self.timeout_ms >= 0 and (now - since) * 1000 >= self.timeout_ms:
+            raise RetriesExhaustedError(
+                f"{what} still failing after errors.retry.timeout={self.timeout_ms} ms "
+                f"(failing for {now - since:.1f} s): {error}") from error
+        delay = self._delay.get(what, _FIRST_DELAY)
+        self._delay[what] = min(delay * 2, self.max_delay_ms / 1000)
+        return min(delay, self.max_delay_ms / 1000)
+
+    def succeeded(self, what: str) -> None:
+        if self._since.pop(what, None) is not None:
+            self._delay.pop(what, None)
+
+    def failing(self, what: str) -> bool:
+        return what in self._since
+
+    def wait(self, seconds: float, time_left: Callable[[], float]) -> None:
+        """Sleep ``seconds``, or raise EpochOver if the epoch ends first."""
+        left = time_left()
+        if left < seconds:
+            self._sleep(max(left, 0.0))
+            raise EpochOver
+        self._sleep(seconds)
+
+    def call(self, what: str, fn: Callable[[], T], time_left: Callable[[], float] = lambda: float("inf")) -> T:
+        """``fn()``, retried on RetriableError with backoff while the epoch and the timeout allow."""
         while True:
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                return
-            yield min(delay, self.max_delay_ms / 1000, remaining)
-            delay *= 2
-
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except RetriableError as first:
-            last: RetriableError = first
-        for delay in self.delays():
-            if self._on_retry:
-                self._on_retry()
-            self._sleep(delay)
             try:
-                return fn()
+                result = fn()
             except RetriableError as exc:
-                last = exc
-        raise RetriableError(
-            f"{what} still failing after errors.retry.timeout={self.timeout_ms} ms: {last}"
-        ) from last
+                delay = self.failed(what, exc)
+                if self.on_retry is not None:
+                    self.on_retry()
+                self.wait(delay, time_left)
+                continue
+            if self._since:
+                self.succeeded(what)
+            return result

@@ -7,15 +7,24 @@
   source topic's partition count (or ``topic.creation.partitions``), and grown when the source
   grows (where the broker supports CreatePartitions); a topic first seen in a batch is created
   with the highest partition hint seen + 1.
-- Every delivery report is checked: the producer reports failures only
-  (``delivery.report.only.error``), ``flush`` waits until librdkafka holds no message, and each
-  failure is matched back to its record and reported to the runner - never dropped.
+- Every delivery report is tied to its own record: each ``produce`` binds a callback to the
+  record it sends (``functools.partial``), so a failed delivery names exactly that record, never
+  one found again by content. The producer reports failures only (``delivery.report.only.error``);
+  ``flush`` waits until librdkafka holds no message or the epoch's time is up.
+- Failures are sorted as the runner needs them: transient ones (timeouts, transport, leader
+  changes, a full queue, fatal producer states - see :func:`is_permanent`) are reported as
+  :class:`~connect.errors.RetriableError` and re-sent; only errors that will never succeed for
+  that record (too large, invalid, not authorized) are permanent.
+- Outages only delay: like Kafka Connect's source-task producers (``delivery.timeout.ms`` =
+  max), the producer's ``message.timeout.ms`` defaults to 0 (no timeout), so librdkafka keeps
+  retrying in order, idempotently, until the target is back. A producer that hit a fatal error
+  is replaced by a fresh one; its records come back as transient failures and are re-sent.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from functools import partial
 from typing import Any, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
@@ -32,9 +41,6 @@ from connectors.kafka.topics import TargetTopics
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 
 
-def _as_bytes(payload: Any) -> Any:
-    return payload.encode() if isinstance(payload, str) else payload
-
 log = logging.getLogger(__name__)
 
 CONFIG = ROUTING_CONFIG.merge(
@@ -47,8 +53,9 @@ CONFIG = ROUTING_CONFIG.merge(
     .define("topic.creation.partitions", Type.INT, -1,
             "Partitions of created topics; -1: highest source partition seen + 1.")
     .define("topic.creation.replication.factor", Type.INT, -1, "Replication factor of created topics; -1: broker default.")
-    .define("flush.timeout.ms", Type.INT, 300_000,
-            "Longest a flush waits for acknowledgements before it raises a retriable error.")
+    .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
+    .define_prefix("producer.override.", "librdkafka settings for the producers only.")
+    .define_prefix("admin.override.", "librdkafka settings for the admin client only.")
 )
 
 PRODUCER_DEFAULTS = {
@@ -58,7 +65,29 @@ PRODUCER_DEFAULTS = {
     "partitioner": "murmur2_random",
     "delivery.report.only.error": True,
     "queue.buffering.max.messages": 200_000,
+    # No delivery timeout: an outage delays records, it never fails them (Kafka Connect sets
+    # delivery.timeout.ms=MAX for the same reason). Epochs stay bounded by the runner, not by this.
+    "message.timeout.ms": 0,
 }
+
+# Broker/local errors that will not go away by sending the same record again.
+_PERMANENT = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG, KafkaError.INVALID_RECORD,
+              KafkaError._INVALID_TYPE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+              KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.INVALID_TIMESTAMP, KafkaError._INVALID_ARG,
+              KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT, KafkaError.TOPIC_EXCEPTION, KafkaError._BAD_MSG,
+              KafkaError.POLICY_VIOLATION, KafkaError.INVALID_REQUIRED_ACKS}
+
+
+def is_permanent(err: KafkaError) -> bool:
+    """True when sending the same record again cannot succeed. Anything unknown counts as
+    transient: a wrong guess then costs retries (and, past errors.retry.timeout, a restart),
+    never a skipped record."""
+    return not err.fatal() and err.code() in _PERMANENT
+
+
+class DeliveryError(ConnectError):
+    """The target refused one record for good (too large, invalid, not authorized)."""
+
 
 
 class KafkaSinkConnector(SinkConnector):
@@ -91,7 +120,6 @@ class KafkaSinkTask(SinkTask):
         self._cfg = cfg
         self._route = TopicRouter(cfg)
         self._owner = context.task_id
-        self._failures: list[tuple[Any, Any]] = []
         self._fatal: KafkaError | None = None
         self._tainted = False  # a producer that saw a failed delivery is never pooled for reuse
         self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
@@ -100,14 +128,21 @@ class KafkaSinkTask(SinkTask):
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
         self._topics = TargetTopics(self._admin, cfg)
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partitions)
-        self._in_flight: list[ConnectRecord] = []
-        self._rejected: set[int] = set()
         self._warned_small: set[str] = set()
 
-    def _on_delivery(self, err, msg) -> None:
-        if err is not None:
-            self._failures.append((err, msg))
-            self._tainted = True
+    def _on_delivery(self, record: ConnectRecord, err: KafkaError | None, msg) -> None:
+        """Bound to its record by ``partial`` at produce time; librdkafka calls it on failure only."""
+        if err is None:
+            return
+        self._tainted = True
+        where = f"{msg.topic()}[{msg.partition()}]"
+        if err.fatal():
+            self._fatal = err
+        if is_permanent(err):
+            error: ConnectError = DeliveryError(f"{where} refused the record: {err.name()}: {err.str()}")
+        else:
+            error = RetriableError(f"delivery to {where} failed: {err.name()}: {err.str()}")
+        self.context.errant_record_reporter.report(record, error)
 
     # -- topics ---------------------------------------------------------------------------
     def _target(self, source_topic: str, batch: Sequence[ConnectRecord]) -> tuple[str, int]:
@@ -120,12 +155,12 @@ class KafkaSinkTask(SinkTask):
     # -- data -----------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
         if self._fatal is not None:
-            raise ConnectError(f"producer failed fatally: {self._fatal.str()}")
+            self._replace_producer()
         produce = self._producer.produce
         targets = self._targets
         preserve = self._cfg["partition.preserve"]
         on_delivery = self._on_delivery
-        for r in records:
+        for i, r in enumerate(records):
             target = targets.get(r.topic)
             if target is None:
                 target = self._target(r.topic, records)
@@ -140,37 +175,56 @@ class KafkaSinkTask(SinkTask):
             if headers is not None and headers.__class__ is not list:
                 headers = list(headers)
             try:
-                produce(topic, r.value, r.key, partition=part, on_delivery=on_delivery,
+                produce(topic, r.value, r.key, partition=part, on_delivery=partial(on_delivery, r),
                         timestamp=r.timestamp or 0, headers=headers)
-            except BufferError:  # queue full: wait for acknowledgements, then send it
-                self._produce_when_room(topic, r, part, headers)
+            except BufferError:  # queue full: wait for room until the epoch's time is up
+                if not self._produce_when_room(topic, r, part, headers):
+                    self._report_not_sent(records[i:])
+                    break
             except (KafkaException, TypeError, ValueError) as exc:
-                # Refused before sending (larger than message.max.bytes, a payload that is not
-                # bytes...): this record only, reported with its position; never in flight.
-                self._reject(r, exc)
-        if self._rejected:
-            rejected, self._rejected = self._rejected, set()
-            self._in_flight.extend(r for r in records if id(r) not in rejected)
-        else:
-            self._in_flight.extend(records)
+                self._produce_odd(topic, r, part, headers, exc)
         self._producer.poll(0)
 
-    def _reject(self, r: ConnectRecord, exc: Exception) -> None:
-        if not isinstance(exc, KafkaException):
-            exc = ConnectError(f"record {r.position()} cannot be produced: {exc} "
-                               "(keys and values must be bytes, str or None: set the sink's key/value.converter)")
-        self._rejected.add(id(r))
-        self.context.errant_record_reporter.report(r, exc)
-
-    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers) -> None:
-        while True:
-            self._producer.poll(0.05)
+    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception) -> None:
+        """The rare paths: bytes-like payloads librdkafka does not take as they are, or a record
+        refused before sending (larger than message.max.bytes, a payload that is no bytes)."""
+        key, value = r.key, r.value
+        if isinstance(key, (bytearray, memoryview)) or isinstance(value, (bytearray, memoryview)):
+            key = bytes(key) if isinstance(key, (bytearray, memoryview)) else key
+            value = bytes(value) if isinstance(value, (bytearray, memoryview)) else value
             try:
-                self._producer.produce(topic, r.value, r.key, partition=part, on_delivery=self._on_delivery,
+                self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r),
                                        timestamp=r.timestamp or 0, headers=headers)
                 return
+            except (KafkaException, TypeError, ValueError) as again:
+                exc = again
+        if isinstance(exc, KafkaException):
+            error: Exception = DeliveryError(f"record {r.position()} cannot be produced: {exc.args[0].name()}: {exc.args[0].str()}")
+            if not is_permanent(exc.args[0]):
+                error = RetriableError(f"record {r.position()} not produced: {exc.args[0].name()}: {exc.args[0].str()}")
+        else:
+            error = DeliveryError(f"record {r.position()} cannot be produced: {exc} "
+                                  "(keys and values must be bytes, str or None: set the sink's key/value.converter)")
+        self.context.errant_record_reporter.report(r, error)
+
+    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers) -> bool:
+        while True:
+            left = self.context.time_left()
+            self._producer.poll(min(0.05, left))
+            try:
+                self._producer.produce(topic, r.value, r.key, partition=part, on_delivery=partial(self._on_delivery, r),
+                                       timestamp=r.timestamp or 0, headers=headers)
+                return True
             except BufferError:
-                continue
+                if left <= 0:
+                    return False
+
+    def _report_not_sent(self, records: Sequence[ConnectRecord]) -> None:
+        error = RetriableError(f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                               f"{len(records)} record(s) not sent yet")
+        report = self.context.errant_record_reporter.report
+        for r in records:
+            report(r, error)
 
     def _warn_fewer_partitions(self, topic: str, count: int) -> None:
         if topic not in self._warned_small:
@@ -178,64 +232,34 @@ class KafkaSinkTask(SinkTask):
             log.warning("target topic %s has %d partition(s), fewer than the source; "
                         "records beyond them are partitioned by key", topic, count)
 
-    def flush(self, offsets) -> None:
-        deadline_s = self._cfg["flush.timeout.ms"] / 1000
-        waited = 0.0
-        while self._flush_once() > 0:
-            waited += 1.0
-            if waited >= deadline_s:
-                raise RetriableError(f"{len(self._producer)} message(s) still unacknowledged after "
-                                     f"flush.timeout.ms={self._cfg['flush.timeout.ms']}")
-        if self._failures:
-            self._report_failures()
-        self._in_flight.clear()
+    def flush(self, offsets) -> bool:
+        """Wait for every acknowledgement, at most ``context.time_left()``; False if time ran out."""
+        producer = self._producer
+        while True:
+            try:
+                remaining = producer.flush(min(self.context.time_left(), 0.5))
+            except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
+                self._tainted = True
+                raise RetriableError(f"producer failed: {exc}") from exc
+            if remaining == 0:
+                return True
+            if self._fatal is not None:  # its queue was failed back as transient errors: start afresh
+                self._replace_producer()
+                return True
+            if self.context.time_left() <= 0:
+                return False
 
-    def _flush_once(self) -> int:
+    def _replace_producer(self) -> None:
+        """A producer in a fatal state never recovers: drop it (never pooled) and start a fresh one."""
+        old, error = self._producer, self._fatal
+        log.warning("producer of %s hit a fatal error (%s); replacing it", self._owner, error.str() if error else "?")
         try:
-            return self._producer.flush(1.0)
-        except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
-            self._tainted = True
-            raise ConnectError(f"producer failed: {exc}") from exc
-
-    def _target_partition(self, r: ConnectRecord) -> int:
-        """The partition ``put`` asked for (-1: the partitioner chose)."""
-        count = self._targets[r.topic][1]
-        part = r.partition
-        return part if part is not None and self._cfg["partition.preserve"] and part < count else -1
-
-    def _report_failures(self) -> None:
-        """Match each failed delivery report to its record.
-
-        librdkafka gives the failed message back, not the record, so the match is by target
-        topic, key, value and - when ``put`` chose it - partition. Identical messages from one
-        source partition are interchangeable (the partition's offset is blocked either way). If
-        identical messages came from several source partitions, each of those partitions gets a
-        failure reported, because any of them may be the one that failed: over-reporting means a
-        retry or a duplicate, never a lost record.
-        """
-        index: dict[tuple, list[ConnectRecord]] = defaultdict(list)
-        for r in self._in_flight:
-            index[(self._targets[r.topic][0], _as_bytes(r.key), _as_bytes(r.value))].append(r)
-        reporter = self.context.errant_record_reporter
-        failures, self._failures = self._failures, []
-        for err, msg in failures:
-            if err.fatal():
-                self._fatal = err
-            candidates = index.get((msg.topic(), msg.key(), msg.value()), [])
-            candidates = [r for r in candidates if self._target_partition(r) in (-1, msg.partition())]
-            if not candidates:
-                raise ConnectError(f"delivery to {msg.topic()}[{msg.partition()}] failed ({err.str()}) for a message "
-                                   "that matches no record put since the last flush")
-            first_by_partition: dict[int, ConnectRecord] = {}
-            for r in candidates:
-                first_by_partition.setdefault(id(r.source_partition), r)
-            if len(first_by_partition) > 1:
-                log.warning("a failed delivery to %s matches identical records of %d source partitions; "
-                            "reporting one of each", msg.topic(), len(first_by_partition))
-            bucket = index[(msg.topic(), msg.key(), msg.value())]
-            for r in first_by_partition.values():
-                bucket.remove(r)
-                reporter.report(r, KafkaException(err))
+            old.purge()
+            old.flush(0)  # serve the purge's delivery reports: those records are re-sent
+        except (KafkaException, SystemError):
+            pass
+        self._fatal = None
+        self._producer = POOL.acquire("producer", f"{self._owner}-fresh", self._conf)
 
     def stop(self) -> None:
         producer = getattr(self, "_producer", None)
@@ -244,8 +268,10 @@ class KafkaSinkTask(SinkTask):
         self._producer = None
         POOL.release("admin", self._owner, self._admin_conf, self._admin)
         try:
-            clean = producer.flush(10) == 0 and not self._tainted and self._fatal is None
+            clean = producer.flush(min(self.context.time_left(), 1.0)) == 0 and not self._tainted and self._fatal is None
         except (KafkaException, SystemError):
             clean = False
         if clean:  # never hand a broken, failing or non-empty producer to the next task
             POOL.release("producer", self._owner, self._conf, producer)
+        else:
+            producer.purge()

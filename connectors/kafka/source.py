@@ -49,11 +49,14 @@ CONFIG = (
     .define("start.position", Type.STRING, "earliest",
             "Where partitions without a committed offset start: earliest, latest or timestamp.",
             validator=one_of("earliest", "latest", "timestamp"))
-    .define("start.timestamp.ms", Type.INT, -1, "With start.position=timestamp: epoch milliseconds to start at.")
+    .define("start.timestamp.ms", Type.LONG, -1, "With start.position=timestamp: epoch milliseconds to start at.")
     .define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
     .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
     .define("refresh.topics.interval.ms", Type.INT, 10_000,
             "How often the connector looks for new topics and partitions; 0 disables.", validator=at_least(0))
+    .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
+    .define_prefix("consumer.override.", "librdkafka settings for the consumers only.")
+    .define_prefix("admin.override.", "librdkafka settings for the admin client only.")
 )
 
 CONSUMER_DEFAULTS = {
@@ -176,6 +179,7 @@ class KafkaSourceConnector(SourceConnector):
 class KafkaSourceTask(SourceTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
+        self.context = context
         self._batch = cfg["poll.batch.size"]
         self._timeout = cfg["poll.timeout.ms"] / 1000
         self._conf = client_config(config, "consumer", {**CONSUMER_DEFAULTS, "group.id": f"connect-{context.task_id}"})
@@ -250,7 +254,7 @@ class KafkaSourceTask(SourceTask):
             error, self._deferred_error = self._deferred_error, None
             raise error
         try:
-            msgs = self._consumer.consume(self._batch, self._timeout)
+            msgs = self._consumer.consume(self._batch, min(self._timeout, self.context.time_left()))
         except KafkaException as exc:
             raise RetriableError(f"consume failed: {exc}") from exc
         if not msgs:

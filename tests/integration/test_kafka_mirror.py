@@ -185,17 +185,19 @@ def test_rejected_record_without_tolerance_fails_the_task_and_keeps_its_offset(k
 
 
 def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair, spark, tmp_path, unique):
-    """Target goes down mid-stream: delivery reports fail asynchronously, are matched back to
-    their records, the pair fails without committing past them, and a restart against the
-    recovered target delivers every record.
+    """Target goes down mid-stream with a finite message.timeout.ms: delivery reports fail
+    asynchronously, each tied to its own record, as *transient* failures: they are re-sent, never
+    skipped, nothing is committed past them; past errors.retry.timeout the pair fails as
+    retriable (the worker restarts it), and a restart against the recovered target delivers
+    every record.
 
     The first phase drives the task pair in this process (one runner across both epochs) so the
     failure surfaces in delivery reports rather than in a restarted task's metadata lookup.
     """
+    from connect.tasks.policy import RunnerPolicy
     from connect.tasks.runner import TaskPairRunner
     from connectors.kafka import KafkaSinkTask, KafkaSourceTask
     from worker.embedded import EmbeddedKafka
-    from worker.pipeline import PIPELINE_CONFIG
     from worker.store import OffsetStore
 
     src, _ = kafka_pair
@@ -209,7 +211,7 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     runner = TaskPairRunner(
         connector=unique, task_id=0, source=KafkaSourceTask(), sink=KafkaSinkTask(),
         source_config={**pipeline.source_config, "task.assignment": f"{topic}:0"},
-        sink_config=pipeline.sink_config, settings=PIPELINE_CONFIG.parse({"epoch.max.ms": 2000, "errors.retry.timeout": 500}))
+        sink_config=pipeline.sink_config, policy=RunnerPolicy(epoch_max_ms=2000, retry_timeout_ms=500))
     try:
         positioning = runner.run_epoch(0)
         assert positioning.offsets == {next(iter(positioning.offsets)): {"offset": -1}}
@@ -220,11 +222,14 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
         second = runner.run_epoch(1)
     finally:
         runner.stop()
-    assert second.state == "FAILED"
-    assert "could not be written" in second.trace and "Message timed out" in second.trace
-    assert second.stats["errors"] == 100 and second.stats["retries"] > 0
+    assert second.state == "FAILED" and second.retriable
+    assert "errors.retry.timeout=500 ms" in second.trace and "Message timed out" in second.trace
+    assert second.stats["errors"] == 0 and second.stats["skipped"] == 0  # transient: never skipped
+    assert second.stats["transient"] >= 100
     assert second.offsets == {}  # nothing past offset 99, which the first epoch committed
-    OffsetStore(tmp_path).commit(unique, first.offsets)
+    store = OffsetStore(tmp_path)
+    store.commit(unique, first.offsets)
+    store.close()
 
     target = EmbeddedKafka(port=target.port, log_path=tmp_path / "target2.log").start()  # empty, in memory
     try:

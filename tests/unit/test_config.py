@@ -18,6 +18,7 @@ from connect.config import (
     valid_regex,
 )
 from connect.errors import ConfigError, ConfigIssue, ConnectError
+from connect.sink.routing import ROUTING_CONFIG, TopicRouter, check_template, render_template
 
 MASK = "********"
 
@@ -373,3 +374,188 @@ def test_define_is_chainable_and_keeps_metadata():
     key = d["k"]
     assert (key.name, key.type, key.default, key.doc, key.importance, key.secret) == (
         "k", Type.INT, 3, "Doc.", Importance.LOW, True)
+
+
+# -- integer ranges ---------------------------------------------------------------------------
+
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+class TestIntegerRanges:
+    @pytest.mark.parametrize("raw", [str(INT32[0]), str(INT32[1]), INT32[1], 0])
+    def test_int_accepts_the_signed_32_bit_range(self, raw):
+        assert one(Type.INT, raw) == int(raw)
+
+    @pytest.mark.parametrize("raw", [str(INT32[1] + 1), str(INT32[0] - 1), "99999999999999999999", 2**40])
+    def test_int_rejects_beyond_32_bits(self, raw):
+        [issue] = issues_of(Type.INT, raw)
+        assert issue.value == raw
+        assert "must be an integer between -2147483648 and 2147483647 (signed 32-bit)" in issue.message
+
+    def test_range_checked_before_the_validator(self):
+        [issue] = ConfigDef().define("n", Type.INT, 1, validator=at_least(1)).validate({"n": "99999999999999999999"})
+        assert "signed 32-bit" in issue.message
+
+    @pytest.mark.parametrize("raw", ["1700000000000", str(INT64[0]), str(INT64[1]), 2**40, " -5 "])
+    def test_long_accepts_the_signed_64_bit_range(self, raw):
+        value = one(Type.LONG, raw)
+        assert value == int(raw) and type(value) is int
+
+    @pytest.mark.parametrize("raw", [str(INT64[1] + 1), str(INT64[0] - 1), "1" * 40])
+    def test_long_rejects_beyond_64_bits(self, raw):
+        [issue] = issues_of(Type.LONG, raw)
+        assert "must be an integer between -9223372036854775808 and 9223372036854775807 (signed 64-bit)" in issue.message
+
+    @pytest.mark.parametrize("raw", ["1.5", "x", "", True])
+    def test_long_rejects_non_integers(self, raw):
+        [issue] = issues_of(Type.LONG, raw)
+        assert "must be an integer" in issue.message
+
+    @pytest.mark.parametrize("raw", ["nan", "inf", "-Infinity", "1e999"])
+    def test_double_must_be_finite(self, raw):
+        [issue] = issues_of(Type.DOUBLE, raw)
+        assert "must be a finite number" in issue.message
+
+
+# -- pass-through prefixes and unknown keys ---------------------------------------------------
+
+
+def _declared() -> ConfigDef:
+    return (ConfigDef()
+            .define("start.position", Type.STRING, "earliest", "Where to start.")
+            .define("poll.timeout.ms", Type.INT, 100, "Poll timeout.")
+            .define_prefix("producer.override.", "Producer settings.")
+            .define_prefix("client.override.", "Client settings."))
+
+
+class TestUnknownKeys:
+    def test_the_one_line_format(self):
+        [issue] = _declared().unknown_keys({"start.postion": "latest"}, prefix="source.")
+        assert str(issue) == "source.start.postion: unknown key; did you mean source.start.position?"
+        assert issue.value is None
+
+    def test_declared_and_pass_through_keys_are_known(self):
+        config = {"start.position": "x", "poll.timeout.ms": "1", "producer.override.linger.ms": "5",
+                  "client.override.sasl.password": "p"}
+        assert _declared().unknown_keys(config) == []
+
+    def test_also_known_keys_are_accepted_and_suggested(self):
+        d = _declared()
+        assert d.unknown_keys({"value.converter": "json"}, also_known=["value.converter"]) == []
+        [issue] = d.unknown_keys({"value.convertr": "json"}, prefix="sink.", also_known=["value.converter"])
+        assert issue.message == "unknown key; did you mean sink.value.converter?"
+
+    def test_without_close_match_the_message_says_what_is_accepted(self):
+        [issue] = _declared().unknown_keys({"zzz": "1"}, prefix="s.")
+        assert issue.message == ("unknown key; the keys declared are s.start.position, s.poll.timeout.ms; "
+                                 "keys under s.producer.override., s.client.override. are passed through")
+        [issue] = ConfigDef().unknown_keys({"zzz": "1"})
+        assert issue.message == "unknown key; no keys are declared"
+
+    def test_misspelt_prefix_is_suggested_with_the_rest_of_the_key(self):
+        [issue] = _declared().unknown_keys({"producer.overide.linger.ms": "5"})
+        assert issue.message == "unknown key; did you mean producer.override.linger.ms?"
+
+    def test_every_unknown_key_reported_in_order(self):
+        found = _declared().unknown_keys({"a": "1", "start.position": "x", "b": "2"})
+        assert [i.key for i in found] == ["a", "b"]
+
+    def test_secret_values_of_unknown_keys_never_shown(self):
+        [issue] = _declared().unknown_keys({"sasl.passwrd": "hunter2-secret"})
+        assert issue.value is None
+        assert "hunter2-secret" not in str(issue)
+
+    def test_empty_prefix_passes_every_key_through(self):
+        assert ConfigDef().define_prefix("").unknown_keys({"anything": "1", "x.y": "2"}) == []
+
+    def test_parse_still_ignores_undeclared_keys(self):
+        assert _declared().parse({"producer.override.acks": "all", "junk": "1"}) == {
+            "start.position": "earliest", "poll.timeout.ms": 100}
+
+
+class TestPrefixes:
+    def test_define_prefix_is_chainable_and_listed_in_order(self):
+        d = ConfigDef()
+        assert d.define_prefix("b.", "B") is d
+        d.define_prefix("a.")
+        assert d.prefixes() == {"b.": "B", "a.": ""}
+        assert d.passes_through("a.x") and not d.passes_through("ax")
+
+    def test_duplicate_prefix_rejected(self):
+        with pytest.raises(ValueError, match="prefix 'a.' declared twice"):
+            ConfigDef().define_prefix("a.").define_prefix("a.")
+
+    def test_merge_keeps_the_prefixes_of_both(self):
+        a = ConfigDef().define("x", Type.INT, 1).define_prefix("client.override.")
+        b = ConfigDef().define("y", Type.INT, 1).define_prefix("producer.override.", "P")
+        merged = a.merge(b)
+        assert merged.prefixes() == {"client.override.": "", "producer.override.": "P"}
+        assert merged.unknown_keys({"client.override.a": "1", "producer.override.b": "2", "x": "1", "y": "1"}) == []
+        assert a.prefixes() == {"client.override.": ""}  # inputs untouched
+        with pytest.raises(ValueError, match="declared twice"):
+            a.merge(ConfigDef().define_prefix("client.override."))
+
+
+class TestSecretByName:
+    @pytest.mark.parametrize("name", ["producer.override.sasl.password", "client.override.ssl.key.password",
+                                      "ssl.keystore.password", "sasl.oauthbearer.client.secret", "ssl.key.pem",
+                                      "sasl.jaas.config", "sasl.oauthbearer.config", "api.key", "aws.access.key.id"])
+    def test_keys_named_like_credentials_are_secret(self, name):
+        assert ConfigKey(name, Type.STRING, "").is_secret
+        assert ConfigDef().is_secret(name)
+
+    def test_declared_secret_and_plain_keys(self):
+        d = ConfigDef().define("auth", Type.STRING, "", secret=True).define("host", Type.STRING, "")
+        assert d.is_secret("auth") and not d.is_secret("host")
+        assert d.secret_names() == {"auth"}
+
+    def test_value_of_a_key_secret_by_name_is_masked(self):
+        d = ConfigDef().define("ssl.key.password", Type.INT, 0, "Not really an int.")
+        [issue] = d.validate({"ssl.key.password": "s3cr3t-value"})
+        assert issue.value == MASK
+        assert "s3cr3t-value" not in str(ConfigError([issue]))
+
+
+# -- topic templates --------------------------------------------------------------------------
+
+
+class TestTopicTemplate:
+    @pytest.mark.parametrize("template", ["{topic}", "dc1.{topic}", "{topic}.{topic}", "fixed", "", "a-{topic}_b"])
+    def test_valid(self, template):
+        assert check_template(template) is None
+
+    @pytest.mark.parametrize("template, shown", [
+        ("{topic.__class__}", "'{topic.__class__}'"), ("{topic[0]}", "'{topic[0]}'"), ("{0}", "'{0}'"),
+        ("{}", "'{}'"), ("{name}", "'{name}'"), ("{topic!r}", "'{topic!r}'"), ("{topic:>9}", "'{topic:>9}'"),
+        ("{ topic }", "'{ topic }'"),
+    ])
+    def test_other_fields_rejected_naming_the_allowed_placeholder(self, template, shown):
+        assert check_template(template) == f"may only use the placeholder {{topic}} ({shown} is not allowed)"
+
+    @pytest.mark.parametrize("template", ["{topic", "topic}", "a{b", "{{topic}}", "}{topic}{"])
+    def test_stray_braces_rejected(self, template):
+        assert check_template(template) == "may only use the placeholder {topic} (an unpaired brace is not allowed)"
+
+    def test_routing_config_rejects_at_validation(self):
+        [issue] = ROUTING_CONFIG.validate({"topic.template": "{topic.__class__.__name__}"})
+        assert issue.key == "topic.template"
+        assert "{topic}" in issue.message
+
+    def test_render_substitutes_only_topic(self):
+        assert render_template("dc1.{topic}.{topic}", "orders") == "dc1.orders.orders"
+        assert render_template("{other}", "orders") == "{other}"
+        assert render_template("{topic}", "{topic.__class__}") == "{topic.__class__}"  # values are not re-expanded
+
+    def test_router_uses_the_substitution(self):
+        route = TopicRouter({"topic.template": "backup.{topic}"})
+        assert route("orders") == "backup.orders"
+        assert TopicRouter({})("orders") == "orders"
+        assert TopicRouter({"topic": "fixed", "topic.template": "x.{topic}"})("orders") == "fixed"
+
+    @pytest.mark.parametrize("template", ["{topic.__class__}", "{0}", "x{"])
+    def test_router_refuses_an_unchecked_template(self, template):
+        with pytest.raises(ConfigError) as exc_info:
+            TopicRouter({"topic.template": template})
+        assert exc_info.value.issues[0].key == "topic.template"

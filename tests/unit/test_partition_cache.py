@@ -9,11 +9,12 @@ import attrs
 import pytest
 
 from connect.records import partition_key
+from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
 from connect.testing import MemorySinkTask, MemorySourceTask
 from worker import partition
+from worker.control import ControlServer
 from worker.partition import TaskPairSpec, run_task_pair_epoch, stop_all_cached
-from worker.pipeline import PIPELINE_CONFIG
 
 _ids = itertools.count()
 P0 = partition_key({"topic": "memory", "partition": 0})
@@ -55,17 +56,17 @@ def sink_name(request):
 
 @pytest.fixture
 def spec(sink_name):
-    settings = PIPELINE_CONFIG.parse({"epoch.max.ms": 300, "epoch.max.records": 3, "errors.retry.timeout": 200})
+    policy = RunnerPolicy(epoch_max_ms=300, epoch_max_records=3, retry_timeout_ms=200)
 
     def make(epoch: int, prev_epoch: int | None, *, generation: str = "g1", offsets=None, task: int = 0,
-             connector: str = "conn", source_task_class=TrackedSource, source_config=None, dlq_config=None,
-             stop_file=None) -> TaskPairSpec:
+             connector: str = "conn", source_task_class=TrackedSource, source_config=None,
+             dlq_config=None) -> TaskPairSpec:
         return TaskPairSpec(
             connector=connector, task=task, epoch=epoch, prev_epoch=prev_epoch, generation=generation,
             source_task_class=source_task_class,
             source_config=source_config if source_config is not None else {"records": "12", "batch.size": "3"},
             sink_task_class=MemorySinkTask, sink_config={"name": sink_name}, dlq_config=dlq_config,
-            settings=settings, offsets=offsets or {}, stop_file=stop_file)
+            policy=policy, token=f"t{epoch}", offsets=offsets or {})
 
     return make
 
@@ -136,13 +137,16 @@ def test_invalid_source_config_returns_failed_result(spec):
 def test_failed_epoch_evicts_the_runner(spec):
     run_task_pair_epoch(spec(1, None))
     TrackedSource.instances[0].poll_failures = 10_000  # the cached task starts failing
+    # retries span epochs; the pair fails once errors.retry.timeout (200 ms) has passed
     failed = run_task_pair_epoch(spec(2, 1))
-    assert failed.state == FAILED
+    if failed.state == RUNNING:
+        failed = run_task_pair_epoch(spec(3, 2))
+    assert failed.state == FAILED and failed.retriable
     assert "source poll still failing" in failed.trace
     assert partition._RUNNERS == {}
     assert TrackedSource.instances[0].stopped
     # the next epoch starts over, even with the "right" prev_epoch
-    fresh = run_task_pair_epoch(spec(3, 2, offsets={P0: {"offset": 2}}))
+    fresh = run_task_pair_epoch(spec(4, failed.epoch, offsets={P0: {"offset": 2}}))
     assert fresh.state == RUNNING
     assert fresh.restarted is True
 
@@ -157,12 +161,36 @@ def test_another_pair_evicts_the_cached_one(spec):
     assert back.restarted is True
 
 
-def test_stop_file_ends_the_epoch(spec, tmp_path):
-    stop = tmp_path / "stop"
-    stop.write_text("")
-    result = run_task_pair_epoch(spec(1, None, stop_file=str(stop)))
+def test_stop_requested_by_the_driver_ends_the_epoch(spec):
+    server = ControlServer()
+    server.register("stop", lambda _request: True)
+    try:
+        result = run_task_pair_epoch(attrs.evolve(spec(1, None), policy=RunnerPolicy(epoch_max_ms=60_000)),
+                                     server.address)
+    finally:
+        server.close()
     assert result.state == RUNNING
     assert result.stats["records"] == 0
+    assert result.token == "t1"
+
+
+def test_offsets_come_from_the_driver_and_only_for_the_tasks_own_partitions(spec):
+    asked = []
+    server = ControlServer()
+    server.register("stop", lambda _request: False)
+
+    def offsets(request):
+        asked.append((request["connector"], request["keys"]))
+        return {P0: {"offset": 8}}
+
+    server.register("offsets", offsets)
+    try:
+        result = run_task_pair_epoch(attrs.evolve(spec(1, None), offsets=None), server.address)
+    finally:
+        server.close()
+    assert result.state == RUNNING, result.trace
+    assert asked == [("conn", [P0])]
+    assert result.offsets == {P0: {"offset": 11}}  # resumed after 8: 9, 10, 11
 
 
 def test_dlq_config_builds_a_dead_letter_writer(spec, sink_name):
@@ -191,15 +219,24 @@ def test_stop_all_cached_stops_runners(spec):
     assert TrackedSource.instances[0].stopped
 
 
-def test_claimed_epoch_prefers_the_pair_cached_in_this_process(spec, tmp_path):
-    from worker.partition import run_claimed_epoch
+def test_claimed_epoch_prefers_the_pair_cached_in_this_process(spec):
+    from worker.partition import JobContext, run_claimed_epoch
+    from worker.spark import ClaimBook
 
-    run_task_pair_epoch(spec(1, None, task=1))  # this process now holds pair 1
-    specs = [spec(2, 1, task=0), spec(2, 1, task=1)]
-    result = run_claimed_epoch(0, specs, str(tmp_path))  # partition 0, but pair 1 is fresh here
-    assert (result.task, result.restarted) == (1, False)
-    other = run_claimed_epoch(1, specs, str(tmp_path))  # the other Spark task gets what is left
-    assert other.task == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["conn.0", "conn.1"]
-    with pytest.raises(RuntimeError, match="no task pair left"):
-        run_claimed_epoch(0, specs, str(tmp_path))
+    server = ControlServer()
+    book = ClaimBook()
+    server.register("claim", book.claim)
+    server.register("stop", lambda _request: False)
+    try:
+        run_task_pair_epoch(spec(1, None, task=1))  # this process now holds pair 1
+        specs = [spec(2, 1, task=0), spec(2, 1, task=1)]
+        book.open("j", ["conn/0", "conn/1"])
+        job = JobContext(server.address, "j")
+        result = run_claimed_epoch(0, specs, job)  # partition 0, but pair 1 is fresh here
+        assert (result.task, result.restarted) == (1, False)
+        other = run_claimed_epoch(1, specs, job)  # the other Spark task gets what is left
+        assert other.task == 0
+        with pytest.raises(RuntimeError, match="no task pair left"):
+            run_claimed_epoch(0, specs, job)
+    finally:
+        server.close()

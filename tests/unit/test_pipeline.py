@@ -8,8 +8,10 @@ import orjson
 import pytest
 
 from connect.errors import ConfigError, ConfigIssue
+from connect.tasks.policy import RunnerPolicy
 from connect.testing import MemorySinkConnector, MemorySourceConnector
 from worker.pipeline import PIPELINE_CONFIG, SIDE_CONFIG, PipelineConfig, load_pipeline_file, parse_pipeline
+from worker.settings import FrameworkSettings, RestartPolicy
 
 VALID = {
     "name": "orders-mirror",
@@ -59,19 +61,14 @@ def test_valid_document_parses():
     assert p.name == "orders-mirror"
     assert p.source_class is MemorySourceConnector
     assert p.sink_class is MemorySinkConnector
-    assert p.settings == {
-        "tasks.max": 2,
-        "epoch.max.ms": 500,
-        "epoch.max.records": 1_000_000,
-        "max.in.flight.records": 100_000,
-        "errors.retry.timeout": 30_000,
-        "errors.retry.delay.max.ms": 5_000,
-        "errors.tolerance": "all",
-        "errors.log.enable": True,
-        "errors.deadletterqueue.topic.name": "orders-dlq",
-        "errors.deadletterqueue.context.headers.enable": True,
-    }
-    assert set(p.settings) == {k.name for k in PIPELINE_CONFIG.keys()}
+    assert p.settings == FrameworkSettings(
+        tasks_max=2,
+        runner=RunnerPolicy(epoch_max_ms=500, epoch_max_records=1_000_000, epoch_grace_ms=2_000,
+                            max_in_flight_records=100_000, retry_timeout_ms=30_000, retry_delay_max_ms=5_000,
+                            tolerance_all=True, log_errors=True, dlq_context_headers=True),
+        restart=RestartPolicy(backoff_ms=1_000, backoff_max_ms=60_000),
+        dlq_topic="orders-dlq",
+    )
     assert p.source_config == {"connector.class": "memory", "partitions": "3", "records": "10",
                                "value.converter": "string"}
     assert p.sink_config == {"connector.class": "memory", "name": "out", "topic.template": "copy.{topic}",
@@ -89,7 +86,7 @@ def test_minimal_document_gets_defaults():
     p = parse_pipeline({"name": " x ",
                         "config": {"source.connector.class": "memory", "sink.connector.class": "memory"}})
     assert p.name == "x"
-    assert p.settings == PIPELINE_CONFIG.parse({})
+    assert p.settings == FrameworkSettings.from_config(PIPELINE_CONFIG.parse({})) == FrameworkSettings()
     assert p.dlq_overrides == {}
     assert p.source_config == {"connector.class": "memory"}
 
@@ -105,7 +102,7 @@ def test_config_hash_is_stable_and_sensitive():
 def test_booleans_written_as_strings():
     p = parse_pipeline(doc(errors__log__enable=False))
     assert p.raw["errors.log.enable"] == "false"
-    assert p.settings["errors.log.enable"] is False
+    assert p.settings.runner.log_errors is False
 
 
 # -- malformed documents ----------------------------------------------------------------------
@@ -164,14 +161,14 @@ def test_nested_value(value, type_name):
 def test_unknown_pipeline_key_has_hint():
     [issue] = issues(doc(**{"taskz.max": "2"}))
     assert issue.key == "taskz.max"
-    assert issue.value == "2"
+    assert issue.value is None  # an unknown key's value is never shown (it may be a misplaced secret)
     assert "unknown pipeline key" in issue.message
     assert "did you mean" in issue.message
     assert "source.taskz.max" in issue.message and "sink.taskz.max" in issue.message
 
 
-@pytest.mark.parametrize("value, message", [("zero", "must be an integer"), ("0", "must be at least 1"),
-                                            ("-3", "must be at least 1"), ("1.5", "must be an integer")])
+@pytest.mark.parametrize("value, message", [("zero", "must be an integer"), ("0", "must be between 1 and 1024"),
+                                            ("-3", "must be between 1 and 1024"), ("1.5", "must be an integer")])
 def test_bad_tasks_max(value, message):
     [issue] = issues(doc(tasks__max=value))
     assert issue.key == "tasks.max"
@@ -276,3 +273,179 @@ def test_load_pipeline_file_invalid_config_names_the_file(tmp_path):
     assert exc_info.value.source == str(path)
     assert str(exc_info.value).startswith(f"{path}: 1 configuration error")
     assert "tasks.max" in str(exc_info.value)
+
+
+# -- input hygiene: names, unknown keys, ranges, templates ------------------------------------
+
+
+def named(name):
+    d = copy.deepcopy(VALID)
+    d["name"] = name
+    return d
+
+
+@pytest.mark.parametrize("name", ["team/orders", "/abs", "..", ".", "", "a" * 200, "a" * 129, ".hidden", "-x",
+                                  "_x", "a b", "a\\b", "C:x", "naïve", "a\nb", "tab\tname", "orders/../../etc"])
+def test_invalid_connector_names_are_rejected(name):
+    [issue] = issues(named(name))
+    assert issue.key == "$.name"
+    for allowed in ("letters, digits, '.', '_' or '-'", "1 to 128", "starting with a letter or digit"):
+        assert allowed in issue.message
+
+
+@pytest.mark.parametrize("name", ["a", "7", "A.b_c-1", "orders-mirror", "a" * 128, "v1..2"])
+def test_valid_connector_names(name):
+    assert parse_pipeline(named(name)).name == name
+
+
+def test_surrounding_blanks_of_a_name_are_trimmed_before_the_check():
+    assert parse_pipeline(named("  orders  ")).name == "orders"
+
+
+@pytest.mark.parametrize("key, suggestion", [
+    ("source.recrods", "source.records"),
+    ("source.batch.sise", "source.batch.size"),
+    ("source.value.convertr", "source.value.converter"),  # side keys are suggested too
+    ("sink.topic.templat", "sink.topic.template"),
+    ("sink.nmae", "sink.name"),
+    ("dlq.nam", "dlq.name"),
+])
+def test_unknown_side_keys_are_rejected_with_did_you_mean(key, suggestion):
+    [issue] = issues(doc(**{key: "1"}))
+    assert str(issue) == f"{key}: unknown key; did you mean {suggestion}?"
+    assert issue.value is None
+
+
+def test_unknown_side_key_without_close_match_says_what_is_declared():
+    [issue] = issues(doc(**{"source.zzz": "1"}))
+    assert issue.key == "source.zzz"
+    assert "unknown key; the keys declared are source.topic, source.partitions" in issue.message
+
+
+def test_unknown_keys_of_every_side_reported_at_once():
+    found = issues(doc(**{"source.recrods": "1", "sink.nmae": "x", "dlq.nmae": "y", "taskz.max": "2"}))
+    assert sorted(i.key for i in found) == ["dlq.nmae", "sink.nmae", "source.recrods", "taskz.max"]
+
+
+def test_side_keys_are_not_accepted_as_dlq_overrides():
+    [issue] = issues(doc(**{"dlq.connector.class": "memory"}))
+    assert issue.key == "dlq.connector.class"
+    assert "unknown key" in issue.message
+
+
+def test_internal_task_keys_are_not_user_keys():
+    """Keys connectors add to their task configs (task.partitions) are not accepted from users, and
+    the unknown-key check never runs on the generated task configs."""
+    [issue] = issues(doc(**{"source.task.partitions": "0"}))
+    assert issue.key == "source.task.partitions"
+    connector = MemorySourceConnector()
+    connector.start({"partitions": "2"})
+    [task_config] = connector.task_configs(1)
+    assert task_config["task.partitions"] == "0,1"
+    assert MemorySourceConnector.validate(task_config) == []
+
+
+def test_unknown_pipeline_key_suggests_a_close_framework_key():
+    [issue] = issues(doc(**{"epoch.max.msec": "10"}))
+    assert issue.message == ("unknown pipeline key; did you mean source.epoch.max.msec or sink.epoch.max.msec "
+                             "(connector keys take their side's prefix) or the framework key epoch.max.ms?")
+
+
+def test_unknown_pipeline_key_suggests_only_the_side_that_declares_it():
+    [issue] = issues(doc(**{"partitions": "3"}))
+    assert issue.message == "unknown pipeline key; did you mean source.partitions?"
+
+
+KAFKA = {"name": "k", "config": {
+    "source.connector.class": "kafka", "source.bootstrap.servers": "a:9092", "source.topics": "t",
+    "sink.connector.class": "kafka", "sink.bootstrap.servers": "b:9092"}}
+
+
+def kafka_doc(**extra):
+    d = copy.deepcopy(KAFKA)
+    d["config"].update(extra)
+    return d
+
+
+def test_kafka_misspelt_key_line():
+    with pytest.raises(ConfigError) as exc_info:
+        parse_pipeline(kafka_doc(**{"source.start.postion": "latest"}))
+    assert "  - source.start.postion: unknown key; did you mean source.start.position?" in str(exc_info.value)
+
+
+def test_kafka_pass_through_prefixes_accepted():
+    p = parse_pipeline(kafka_doc(**{
+        "source.client.override.security.protocol": "SASL_SSL",
+        "source.consumer.override.fetch.min.bytes": "1",
+        "source.admin.override.request.timeout.ms": "1000",
+        "sink.client.override.security.protocol": "SASL_SSL",
+        "sink.producer.override.linger.ms": "20",
+        "sink.admin.override.request.timeout.ms": "1000",
+        "dlq.producer.override.message.max.bytes": "1000000",
+    }))
+    assert p.source_config["consumer.override.fetch.min.bytes"] == "1"
+    assert p.dlq_overrides == {"producer.override.message.max.bytes": "1000000"}
+
+
+@pytest.mark.parametrize("key", ["source.producer.override.linger.ms", "sink.consumer.override.fetch.min.bytes",
+                                 "source.sasl.mechanism", "dlq.consumer.override.x"])
+def test_kafka_prefix_of_the_other_role_or_bare_client_key_rejected(key):
+    [issue] = issues(kafka_doc(**{key: "1"}))
+    assert issue.key == key
+    assert "unknown key" in issue.message
+
+
+def test_kafka_bare_client_key_hint_names_the_pass_through_prefixes():
+    [issue] = issues(kafka_doc(**{"sink.sasl.mechanism": "PLAIN"}))
+    assert ("keys under sink.client.override., sink.producer.override., sink.admin.override. are passed through"
+            in issue.message)
+
+
+def test_kafka_misspelt_prefix_gets_the_right_prefix_suggested():
+    [issue] = issues(kafka_doc(**{"sink.producer.overide.linger.ms": "5"}))
+    assert issue.message == "unknown key; did you mean sink.producer.override.linger.ms?"
+
+
+def test_top_level_connector_key_suggests_both_kafka_sides():
+    [issue] = issues(kafka_doc(**{"bootstrap.servers": "x:1"}))
+    assert issue.message == "unknown pipeline key; did you mean source.bootstrap.servers or sink.bootstrap.servers?"
+
+
+@pytest.mark.parametrize("value", ["2147483648", "99999999999999999999", "-2147483649"])
+def test_tasks_max_beyond_32_bits_rejected(value):
+    [issue] = issues(doc(tasks__max=value))
+    assert issue.key == "tasks.max"
+    assert "must be an integer between -2147483648 and 2147483647 (signed 32-bit)" in issue.message
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("tasks.max", "1025", "must be between 1 and 1024"),
+    ("epoch.max.ms", "3600001", "must be between 10 and 3600000"),
+    ("epoch.max.ms", "9", "must be between 10 and 3600000"),
+    ("epoch.max.records", "1000000001", "must be between 1 and 1000000000"),
+    ("max.in.flight.records", "10000001", "must be between 1 and 10000000"),
+    ("errors.retry.delay.max.ms", "3600001", "must be between 1 and 3600000"),
+])
+def test_framework_keys_have_upper_bounds(key, value, message):
+    [issue] = issues(doc(**{key: value}))
+    assert (issue.key, issue.message) == (key, message)
+
+
+def test_framework_upper_bounds_are_accepted():
+    p = parse_pipeline(doc(**{"tasks.max": "1024", "epoch.max.ms": "3600000"}))
+    assert p.raw["tasks.max"] == "1024"
+
+
+def test_kafka_start_timestamp_is_64_bit():
+    parse_pipeline(kafka_doc(**{"source.start.position": "timestamp", "source.start.timestamp.ms": "1700000000000"}))
+    found = issues(kafka_doc(**{"source.start.timestamp.ms": "9223372036854775808"}))
+    assert [i.key for i in found] == ["source.start.timestamp.ms"]
+    assert "signed 64-bit" in found[0].message
+
+
+@pytest.mark.parametrize("template", ["{topic.__class__}", "{topic[0]}", "{0}", "{}", "{name}", "x.{topic!r}",
+                                      "{topic:>10}", "a}b", "{topic", "{{topic}}"])
+def test_bad_topic_template_rejected_naming_the_placeholder(template):
+    [issue] = issues(doc(**{"sink.topic.template": template}))
+    assert issue.key == "sink.topic.template"
+    assert issue.message.startswith("may only use the placeholder {topic}")

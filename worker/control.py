@@ -1,0 +1,139 @@
+"""The control channel between the driver and the task pairs, wherever Spark runs them.
+
+Executors cannot be assumed to share a disk or a process with the driver, but they can always
+reach it over the network (Spark itself needs that). So the driver serves a tiny line protocol
+on a TCP port, and each Python worker keeps one connection to it:
+
+- ``stop``: has the worker been asked to stop? Runners poll it (every 0.2 s) so SIGTERM ends the
+  running epoch early on a cluster too;
+- ``claim``: which task pair should this Spark task run? (see ``worker.partition``);
+- ``offsets``: the committed offsets of the partitions a starting task asks for - and only
+  those, so no task ever receives another task's offsets.
+
+Every request carries the run's random secret; the server answers nothing without it. One JSON
+object per line each way (orjson).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import socketserver
+import threading
+from typing import Any, Callable
+
+import orjson
+
+__all__ = ["ControlServer", "ControlClient", "client_for", "ControlAddress"]
+
+log = logging.getLogger(__name__)
+
+ControlAddress = tuple[str, int, str]  # host, port, secret
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class ControlServer:
+    """Driver side: answers ``op`` requests with the registered handlers, on a background thread."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        self.secret = secrets.token_hex(16)
+        self._handlers: dict[str, Handler] = {}
+        outer = self
+
+        class _RequestHandler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    try:
+                        answer = outer._answer(orjson.loads(line))
+                    except Exception as exc:  # noqa: BLE001 - report to the caller, keep serving
+                        answer = {"error": f"{type(exc).__name__}: {exc}"}
+                    self.wfile.write(orjson.dumps(answer) + b"\n")
+                    self.wfile.flush()
+
+        self._server = _Server((host, 0), _RequestHandler)
+        self.address: ControlAddress = (host, self._server.server_address[1], self.secret)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="connect-control", daemon=True)
+        self._thread.start()
+
+    def register(self, op: str, handler: Handler) -> None:
+        self._handlers[op] = handler
+
+    def _answer(self, request: dict[str, Any]) -> Any:
+        if not secrets.compare_digest(str(request.get("secret", "")), self.secret):
+            return {"error": "wrong secret"}
+        handler = self._handlers.get(request.get("op", ""))
+        if handler is None:
+            return {"error": f"unknown op {request.get('op')!r}"}
+        return {"ok": handler(request)}
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class ControlClient:
+    """Executor side: one connection to the driver, reconnected once per request if it broke."""
+
+    def __init__(self, address: ControlAddress, timeout: float = 10.0):
+        self.host, self.port, self._secret = address
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._file = None
+
+    def _connect(self) -> None:
+        self._sock = socket.create_connection((self.host, self.port), timeout=self._timeout)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._file = self._sock.makefile("rb")
+
+    def _close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = self._file = None
+
+    def request(self, op: str, **fields: Any) -> Any:
+        """The handler's answer; raises ConnectionError when the driver cannot be reached."""
+        payload = orjson.dumps({"op": op, "secret": self._secret, **fields}) + b"\n"
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    if self._sock is None:
+                        self._connect()
+                    self._sock.sendall(payload)
+                    line = self._file.readline()
+                    if not line:
+                        raise ConnectionError("the driver closed the control connection")
+                    break
+                except OSError as exc:
+                    self._close()
+                    if attempt == 2:
+                        raise ConnectionError(f"driver control channel {self.host}:{self.port}: {exc}") from exc
+        answer = orjson.loads(line)
+        if "error" in answer:
+            raise ConnectionError(f"driver control channel refused {op!r}: {answer['error']}")
+        return answer["ok"]
+
+
+_CLIENTS: dict[tuple[str, int], ControlClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def client_for(address: ControlAddress) -> ControlClient:
+    """The process-wide client of a driver (one connection per Python worker and driver)."""
+    key = (address[0], address[1])
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None or client._secret != address[2]:
+            client = _CLIENTS[key] = ControlClient(address)
+        return client
