@@ -1,0 +1,170 @@
+"""Outages of the target cluster, over the wire: nothing lost, nothing skipped, epochs bounded.
+
+The target tansu advertises a loopback TCP proxy (tests/netproxy.py) as its address, so every
+client connection - bootstrap and after metadata - goes through it. ``blackhole()`` stops all
+traffic without closing anything (like a network partition); ``restore()`` heals it. A source
+producer keeps writing meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kafka_util import consume_all, create_topic
+from netproxy import TcpProxy
+from pipeline_util import committed_total, kafka_pipeline, make_driver
+
+from worker.embedded import EmbeddedKafka, free_port
+
+EPOCH_MS, GRACE_MS = 2000, 2000
+# An epoch may last epoch.max.ms + epoch.grace.ms, plus the last source poll (100 ms) and the
+# Spark job's own overhead; 1.5 s covers both on a loaded 2-core machine.
+EPOCH_BOUND_S = (EPOCH_MS + GRACE_MS) / 1000 + 1.5
+
+
+@pytest.fixture(scope="module")
+def proxied_target(tmp_path_factory):
+    port = free_port()
+    proxy = TcpProxy(port)
+    broker = EmbeddedKafka(port=port, advertised_port=proxy.port,
+                           log_path=tmp_path_factory.mktemp("proxied") / "tansu.log").start()
+    yield broker, proxy
+    proxy.close()
+    broker.stop()
+
+
+class SteadyProducer(threading.Thread):
+    """Writes ``count`` keyed records to the source at ``rate`` per second, round robin over partitions."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int, rate: int, partitions: int):
+        super().__init__(daemon=True)
+        self.args = (bootstrap, topic, count, rate, partitions)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        bootstrap, topic, count, rate, partitions = self.args
+        try:
+            p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+            t0 = time.monotonic()
+            for i in range(count):
+                p.produce(topic, f"v-{i}".encode(), str(i).encode(), partition=i % partitions)
+                if i % 100 == 0:
+                    p.poll(0)
+                    ahead = i / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            assert p.flush(30) == 0
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
+            self.error = exc
+
+
+def _values(messages) -> set[int]:
+    return {int(m.value().decode().split("-")[1]) for m in messages}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tolerance", ["all", "none"])
+@pytest.mark.parametrize("message_timeout", [None, 5000], ids=["default-timeouts", "message-timeout-5s"])
+def test_target_blackholed_30s_loses_nothing_and_resumes_by_itself(kafka_pair, proxied_target, spark, tmp_path,
+                                                                   unique, tolerance, message_timeout):
+    src, _ = kafka_pair
+    target, proxy = proxied_target
+    topic, parts, rate, seconds = f"outage-{unique}", 2, 2000, 40
+    total = rate * seconds
+    create_topic(src.bootstrap, topic, parts)
+    extra = {"source.topics": topic, "sink.topic.template": "o.{topic}", "errors.tolerance": tolerance,
+             "epoch.max.ms": EPOCH_MS, "epoch.grace.ms": GRACE_MS, "errors.restart.backoff.ms": 500}
+    if message_timeout is not None:
+        extra["sink.producer.override.message.timeout.ms"] = message_timeout
+    pipeline = kafka_pipeline(unique, src.bootstrap, target.bootstrap, **extra)
+    producer = SteadyProducer(src.bootstrap, topic, total, rate, parts)
+    driver = make_driver(spark, tmp_path, pipeline)
+    durations, failures, restarts = [], [], 0
+    try:
+        driver.run_epoch()  # start positions
+        producer.start()
+        t0 = time.monotonic()
+        phase = "before"
+        deadline = t0 + 180
+        while time.monotonic() < deadline:
+            now = time.monotonic() - t0
+            if phase == "before" and now > 5:
+                proxy.blackhole()
+                phase, blackholed_at = "down", time.monotonic()
+            elif phase == "down" and time.monotonic() - blackholed_at > 30:
+                proxy.restore()
+                phase = "after"
+            for r in driver.run_epoch():
+                durations.append(r.ended_at - r.started_at)
+                restarts += r.restarted
+                if r.state == "FAILED":
+                    failures.append(r)
+                assert r.stats.get("skipped", 0) == 0, "a transient failure was skipped"
+            if phase == "after" and not producer.is_alive() and committed_total(driver) >= total:
+                break
+        assert committed_total(driver) >= total, f"{committed_total(driver)} of {total} committed"
+    finally:
+        proxy.restore()
+        driver.close()
+    producer.join(30)
+    assert producer.error is None, producer.error
+    assert max(durations) <= EPOCH_BOUND_S, f"longest epoch {max(durations):.1f} s > {EPOCH_BOUND_S} s"
+    for r in failures:  # only transient trouble may fail the pair, and the driver restarted it
+        assert r.retriable, r.trace
+    got = consume_all(target.bootstrap, f"o.{topic}", range(parts), total, timeout=120)
+    missing = set(range(total)) - _values(got)
+    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:5]}"
+    print(f"outage tolerance={tolerance} timeout={message_timeout}: {len(durations)} epochs, longest "
+          f"{max(durations):.2f} s, {len(failures)} transient pair failures, {len(got) - total} duplicates")
+
+
+@pytest.mark.slow
+def test_one_blackholed_target_does_not_slow_the_other_connector(kafka_pair, proxied_target, spark, tmp_path, unique):
+    src, dst = kafka_pair
+    target, proxy = proxied_target
+    healthy_topic, sick_topic = f"healthy-{unique}", f"sick-{unique}"
+    for topic in (healthy_topic, sick_topic):
+        create_topic(src.bootstrap, topic, 1)
+    healthy = kafka_pipeline(f"{unique}-ok", src.bootstrap, dst.bootstrap, **{
+        "source.topics": healthy_topic, "epoch.max.ms": 1000})
+    sick = kafka_pipeline(f"{unique}-sick", src.bootstrap, target.bootstrap, **{
+        "source.topics": sick_topic, "epoch.max.ms": 1000, "epoch.grace.ms": 3000})
+    producers = [SteadyProducer(src.bootstrap, t, 60_000, 2000, 1) for t in (healthy_topic, sick_topic)]
+    commits: dict[str, list[tuple[float, int]]] = {healthy.name: [], sick.name: []}
+
+    def on_epoch(_epoch, results, runtimes):
+        for r in results:
+            commits[r.connector].append((time.monotonic(), sum(o["offset"] for o in r.offsets.values())))
+
+    driver = make_driver(spark, tmp_path, healthy, sick)
+    driver.on_epoch = on_epoch
+    stop = threading.Event()
+    runner = threading.Thread(target=driver.run, args=(stop,), daemon=True)
+    for p in producers:
+        p.start()
+    runner.start()
+    try:
+        time.sleep(8)
+        proxy.blackhole()
+        down_at = time.monotonic()
+        time.sleep(15)
+        up_at = time.monotonic()
+        proxy.restore()
+    finally:
+        proxy.restore()
+        stop.set()
+        runner.join(60)
+
+    def epochs_per_s(name, start, end):
+        return sum(1 for t, _ in commits[name] if start <= t < end) / (end - start)
+
+    before = epochs_per_s(healthy.name, down_at - 5, down_at)
+    during = epochs_per_s(healthy.name, down_at + 1, up_at)
+    moved = [n for t, n in commits[healthy.name] if down_at + 1 <= t < up_at]
+    print(f"healthy connector: {before:.2f} epochs/s before, {during:.2f} during the other's outage")
+    assert during >= 0.7 * before and during > 0.4, (before, during)
+    assert moved and max(moved) > min(moved), "the healthy connector kept committing new offsets"
