@@ -148,9 +148,9 @@ def main() -> None:
     paired_1 = statistics.median(r / f for r, f in zip(times["raw"], times["fw1"], strict=True))
     paired_2 = statistics.median(f1 / f2 for f1, f2 in zip(times["fw1"], times["fw2"], strict=True))
     print(f"ratio 1 task / raw        {rate['fw1'] / rate['raw']:.2f} of medians, {paired_1:.2f} median of rounds"
-          "   (target >= 0.85)")
+          "   (target >= 0.90)")
     print(f"ratio 2 tasks / 1 task    {rate['fw2'] / rate['fw1']:.2f} of medians, {paired_2:.2f} median of rounds"
-          "   (target >= 1.6)")
+          "   (target >= 1.8)")
 
 
 if __name__ == "__main__":
