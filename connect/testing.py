@@ -132,7 +132,8 @@ class MemorySinkConnector(SinkConnector):
             ConfigDef()
             .define("name", Type.STRING, "memory", "Key of MemorySinkTask.written that receives the records.")
             .define("reject.values", Type.STRING, "", "Regex: matching values are rejected at flush.")
-            .define("reject.times", Type.INT, -1, "Reject a matching record this many times, as a transient failure; -1: always, as a permanent one.")
+            .define("reject.times", Type.INT, -1,
+                    "Reject a matching record this many times, as a transient failure; -1: always, as a permanent one.")
             .define("fail.put.times", Type.INT, 0, "Raise RetriableError from the first N puts."))
 
     @classmethod

@@ -38,20 +38,27 @@ def tansu_binary() -> str:
 
 
 class EmbeddedKafka:
-    """A tansu broker on a free loopback port; ``bootstrap`` is its ``host:port``."""
+    """A tansu broker on a free loopback port; ``bootstrap`` is its ``host:port``.
 
-    def __init__(self, port: int | None = None, log_path: str | Path | None = None):
+    ``advertised_port`` (default: ``port``) is the port the broker puts in metadata, e.g. a test
+    proxy's in front of ``port``: every client connection then goes through it, including the ones
+    opened after metadata lookups. ``bootstrap`` is the advertised address; ``listener`` the real one.
+    """
+
+    def __init__(self, port: int | None = None, log_path: str | Path | None = None,
+                 advertised_port: int | None = None):
         self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.advertised_port = advertised_port or self.port
+        self.listener = f"127.0.0.1:{self.port}"
+        self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0) -> EmbeddedKafka:
-        url = f"tcp://127.0.0.1:{self.port}"
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
+            [tansu_binary(), "broker", "--listener-url", f"tcp://{self.listener}",
+             "--advertised-listener-url", f"tcp://{self.bootstrap}", "--storage-engine", "memory://tansu/"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -78,6 +78,12 @@ _PERMANENT = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG, KafkaError.
               KafkaError.POLICY_VIOLATION, KafkaError.INVALID_REQUIRED_ACKS}
 
 
+# The producer's idempotence state is broken (e.g. a broker fenced it after an epoch bump on
+# timed-out messages): this producer will never deliver again, a fresh one will.
+_BROKEN_PRODUCER = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.UNKNOWN_PRODUCER_ID,
+                    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError._FATAL}
+
+
 def is_permanent(err: KafkaError) -> bool:
     """True when sending the same record again cannot succeed. Anything unknown counts as
     transient: a wrong guess then costs retries (and, past errors.retry.timeout, a restart),
@@ -136,7 +142,7 @@ class KafkaSinkTask(SinkTask):
             return
         self._tainted = True
         where = f"{msg.topic()}[{msg.partition()}]"
-        if err.fatal():
+        if err.fatal() or err.code() in _BROKEN_PRODUCER:
             self._fatal = err
         if is_permanent(err):
             error: ConnectError = DeliveryError(f"{where} refused the record: {err.name()}: {err.str()}")
@@ -199,9 +205,10 @@ class KafkaSinkTask(SinkTask):
             except (KafkaException, TypeError, ValueError) as again:
                 exc = again
         if isinstance(exc, KafkaException):
-            error: Exception = DeliveryError(f"record {r.position()} cannot be produced: {exc.args[0].name()}: {exc.args[0].str()}")
-            if not is_permanent(exc.args[0]):
-                error = RetriableError(f"record {r.position()} not produced: {exc.args[0].name()}: {exc.args[0].str()}")
+            err = exc.args[0]
+            error: Exception = DeliveryError(f"record {r.position()} cannot be produced: {err.name()}: {err.str()}")
+            if not is_permanent(err):
+                error = RetriableError(f"record {r.position()} not produced: {err.name()}: {err.str()}")
         else:
             error = DeliveryError(f"record {r.position()} cannot be produced: {exc} "
                                   "(keys and values must be bytes, str or None: set the sink's key/value.converter)")
@@ -241,10 +248,10 @@ class KafkaSinkTask(SinkTask):
             except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
                 self._tainted = True
                 raise RetriableError(f"producer failed: {exc}") from exc
-            if remaining == 0:
-                return True
             if self._fatal is not None:  # its queue was failed back as transient errors: start afresh
                 self._replace_producer()
+                return True
+            if remaining == 0:
                 return True
             if self.context.time_left() <= 0:
                 return False
