@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 from typing import Any, Mapping, Sequence
 
@@ -31,7 +32,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
-from connect.errors import ConnectError, RetriableError
+from connect.errors import ConnectError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord
 from connect.sink import SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
@@ -260,11 +261,21 @@ class KafkaSinkTask(SinkTask):
         """A producer in a fatal state never recovers: drop it (never pooled) and start a fresh one."""
         old, error = self._producer, self._fatal
         log.warning("producer of %s hit a fatal error (%s); replacing it", self._owner, error.str() if error else "?")
+        # Purge fails every queued and in-flight message back; serving all those delivery reports
+        # hands each record to the runner as a transient failure (re-sent). Every one must be
+        # served: a record whose report is lost would count as delivered.
+        left = -1
         try:
             old.purge()
-            old.flush(0)  # serve the purge's delivery reports: those records are re-sent
+            deadline = time.monotonic() + 10
+            while (left := old.flush(0.5)) > 0 and time.monotonic() < deadline:
+                pass
         except (KafkaException, SystemError):
             pass
+        if left != 0:
+            # Outcomes unknown: fail the pair (restarted with backoff, from committed offsets).
+            raise RetriesExhaustedError(f"producer in a fatal state ({error.str() if error else '?'}) and "
+                                        f"{max(left, 0)} of its messages report no outcome; restarting the task")
         self._fatal = None
         self._producer = POOL.acquire("producer", f"{self._owner}-fresh", self._conf)
 
