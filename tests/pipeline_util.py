@@ -36,3 +36,17 @@ def run_until(driver: Driver, expected: int, max_epochs: int = 60) -> int:
         if committed_total(driver) >= expected:
             return committed_total(driver)
     raise AssertionError(f"only {committed_total(driver)} of {expected} records after {max_epochs} epochs")
+
+
+def committed_in_store(data_dir: Path) -> int:
+    """Records committed in a data directory's offset store (sum of offset + 1), read by a separate process."""
+    import sqlite3
+
+    import orjson
+
+    db = Path(data_dir) / "offsets.sqlite"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT offset FROM offsets").fetchall()
+    return sum(orjson.loads(r[0])["offset"] + 1 for r in rows)

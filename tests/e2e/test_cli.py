@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 from kafka_util import consume_all, create_topic, produce
+from pipeline_util import committed_in_store
 
 CLI = [sys.executable, "-m", "worker.cli"]
 
@@ -34,12 +34,7 @@ def _start(config: Path, data_dir: Path, log: Path) -> subprocess.Popen:
 
 
 def _committed(data_dir: Path) -> int:
-    db = data_dir / "offsets.sqlite"
-    if not db.exists():
-        return 0
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT offset FROM offsets").fetchall()
-    return sum(orjson.loads(r[0])["offset"] + 1 for r in rows)
+    return committed_in_store(data_dir)
 
 
 def _wait_gone(pgid: int, timeout: float) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import orjson
 import pytest
 import spark_cluster as cluster_fixtures
 from kafka_util import consume_all, create_topic, produce
+from pipeline_util import committed_in_store
 
 spark_cluster = cluster_fixtures.spark_cluster
 
@@ -49,12 +49,7 @@ def _start(cluster, config: Path, data_dir: str, log: Path, cwd: Path) -> subpro
 
 
 def _committed(data_dir: Path) -> int:
-    db = data_dir / "offsets.sqlite"
-    if not db.exists():
-        return 0
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT offset FROM offsets").fetchall()
-    return sum(orjson.loads(r[0])["offset"] + 1 for r in rows)
+    return committed_in_store(data_dir)
 
 
 def _wait_committed(proc, data_dir: Path, at_least: int, log: Path, timeout: float = 180) -> None:
