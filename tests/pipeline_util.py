@@ -27,6 +27,11 @@ def committed_total(driver: Driver) -> int:
     return sum(rt.records_total for rt in driver.runtimes)
 
 
+def committed_positions(driver: Driver) -> int:
+    """Records behind the committed source offsets (sum of offset + 1 over every partition)."""
+    return sum(o["offset"] + 1 for rt in driver.runtimes for o in rt.offsets.values() if o)
+
+
 def run_until(driver: Driver, expected: int, max_epochs: int = 60) -> int:
     """Run epochs until ``expected`` records were committed; fail on any FAILED pair."""
     for _ in range(max_epochs):
