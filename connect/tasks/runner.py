@@ -231,7 +231,11 @@ class TaskPairRunner:
             if time.monotonic() >= self._deadline:
                 return
             if self._resend:
+                # Records waiting to be re-sent go out before anything new (order is kept).
                 self._resend_due(stats)
+                if self._resend:
+                    retry.wait(max(self._resend_at - time.monotonic(), 0.0), time_left)
+                    continue
             if self._unflushed + len(self._resend) >= max_in_flight:
                 self._commit_point(committed, handler, stats)
                 if self._unflushed + len(self._resend) >= max_in_flight:
@@ -251,7 +255,13 @@ class TaskPairRunner:
                 batch = self._convert(batch, convert, conversion_failures, stats)
                 if not batch:
                     continue
-            retry.call("sink put", lambda b=batch: self.sink.put(b), time_left)
+            try:
+                retry.call("sink put", lambda b=batch: self.sink.put(b), time_left)
+            except EpochOver:
+                # The sink did not take the batch in time, and its offsets are pending already:
+                # it goes out first next time (a commit point must never pass records not sent).
+                self._defer(batch, stats)
+                raise
             try:  # payload bytes, at C speed when every key and value is bytes or None
                 size = sum(map(len, filter(None, map(_VALUE, batch)))) + sum(map(len, filter(None, map(_KEY, batch))))
             except TypeError:
@@ -321,6 +331,13 @@ class TaskPairRunner:
         self._unflushed += len(batch)
         if self._unacked is not None:
             self._unacked.extend(batch)
+
+    def _defer(self, batch: list[ConnectRecord], stats: EpochStats) -> None:
+        """Records polled but not taken by the sink: queued, in order, to be put before anything new."""
+        if not self._resend:
+            self._resend_at = time.monotonic()
+        self._resend.extend(batch)
+        stats.records += len(batch)
 
     def _queue_resend(self, transient: list, stats: EpochStats) -> None:
         stats.transient += len(transient)

@@ -133,7 +133,7 @@ class KafkaSinkTask(SinkTask):
         self._producer = POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
-        self._topics = TargetTopics(self._admin, cfg)
+        self._topics = TargetTopics(self._admin, cfg, context.time_left)
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partitions)
         self._warned_small: set[str] = set()
 
@@ -170,7 +170,11 @@ class KafkaSinkTask(SinkTask):
         for i, r in enumerate(records):
             target = targets.get(r.topic)
             if target is None:
-                target = self._target(r.topic, records)
+                try:
+                    target = self._target(r.topic, records)
+                except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
+                    self._report_transient(records[i:], exc)
+                    break
             topic, count = target
             part = r.partition
             if part is None or not preserve:
@@ -186,7 +190,9 @@ class KafkaSinkTask(SinkTask):
                         timestamp=r.timestamp or 0, headers=headers)
             except BufferError:  # queue full: wait for room until the epoch's time is up
                 if not self._produce_when_room(topic, r, part, headers):
-                    self._report_not_sent(records[i:])
+                    self._report_transient(records[i:], RetriableError(
+                        f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                        f"{len(records) - i} record(s) not sent yet"))
                     break
             except (KafkaException, TypeError, ValueError) as exc:
                 self._produce_odd(topic, r, part, headers, exc)
@@ -227,9 +233,8 @@ class KafkaSinkTask(SinkTask):
                 if left <= 0:
                     return False
 
-    def _report_not_sent(self, records: Sequence[ConnectRecord]) -> None:
-        error = RetriableError(f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
-                               f"{len(records)} record(s) not sent yet")
+    def _report_transient(self, records: Sequence[ConnectRecord], error: RetriableError) -> None:
+        """Records not handed to the producer: the runner re-sends them, in order."""
         report = self.context.errant_record_reporter.report
         for r in records:
             report(r, error)

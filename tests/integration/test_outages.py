@@ -180,3 +180,76 @@ def test_one_blackholed_target_does_not_slow_the_other_connector(kafka_pair, pro
     print(f"healthy connector: {before:.2f} epochs/s before, {during:.2f} during the other's outage")
     assert during >= 0.7 * before and during > 0.4, (before, during)
     assert moved and max(moved) > min(moved), "the healthy connector kept committing new offsets"
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_outage_exits_within_the_bound_and_a_restart_loses_nothing(
+        kafka_pair, proxied_target, tmp_path, unique):
+    """`connect run` as a process: stopped while its target is blackholed, restarted after."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import orjson
+    from kafka_util import produce
+    from pipeline_util import committed_in_store
+
+    src, _ = kafka_pair
+    target, proxy = proxied_target
+    topic, parts, n = f"term-outage-{unique}", 2, 20_000
+    create_topic(src.bootstrap, topic, parts)
+    produce(src.bootstrap, topic, n, parts)
+    config = tmp_path / "c.json"
+    config.write_bytes(orjson.dumps({"name": unique, "config": {
+        "source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap, "source.topics": topic,
+        "sink.connector.class": "kafka", "sink.bootstrap.servers": target.bootstrap,
+        "sink.topic.template": "t.{topic}", "epoch.max.ms": str(EPOCH_MS), "epoch.grace.ms": str(GRACE_MS)}}))
+    data = tmp_path / "data"
+
+    def start(log_name: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "worker.cli", "run", str(config), "--data-dir", str(data),
+                                 "--spark-conf", "spark.ui.enabled=false"],
+                                stdout=open(tmp_path / log_name, "wb"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def wait_committed(proc: subprocess.Popen, log_name: str, at_least: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while committed_in_store(data) < at_least and time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / log_name).read_text()[-3000:]
+            time.sleep(0.2)
+        assert committed_in_store(data) >= at_least, (tmp_path / log_name).read_text()[-3000:]
+
+    first = start("first.log")
+    try:
+        wait_committed(first, "first.log", n, 120)  # the backlog is mirrored and committed
+        proxy.blackhole()
+        produce(src.bootstrap, topic, n, parts, start=n, headers=False)  # arrives during the outage
+        time.sleep(2 * EPOCH_MS / 1000)  # epochs now end with records unacknowledged
+        t0 = time.monotonic()
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        proxy.restore()
+    log = (tmp_path / "first.log").read_text()
+    assert first.returncode == 0, log[-3000:]
+    assert elapsed <= EPOCH_BOUND_S, f"SIGTERM during the outage took {elapsed:.1f} s > {EPOCH_BOUND_S} s"
+    during = committed_in_store(data)
+    assert during < 2 * n, "records produced during the outage cannot have been committed"
+
+    second = start("second.log")
+    try:
+        wait_committed(second, "second.log", 2 * n, 120)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        code = second.wait(60)
+    assert code == 0, (tmp_path / "second.log").read_text()[-3000:]
+    got = consume_all(target.bootstrap, f"t.{topic}", range(parts), 2 * n, timeout=60)
+    values = {m.value() for m in got}
+    missing = {f"value-{i}".encode() for i in range(2 * n)} - values
+    assert not missing, f"{len(missing)} records lost"
+    print(f"SIGTERM during the outage: exit 0 after {elapsed:.1f} s with {during} committed; "
+          f"restart mirrored the rest, {len(got) - 2 * n} duplicates")
