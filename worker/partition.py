@@ -2,39 +2,48 @@
 
 PySpark reuses its Python worker processes, so a :class:`TaskPairRunner` (and its connected
 broker clients, and the records it still has in flight) built for one epoch is kept in this
-module and reused by the next epoch of the same pair - if that pair runs in this process again.
+module and reused by the next epoch of the same pair.
 
-Which pair a Spark task runs is *claimed* from the driver over the control channel
-(``worker.control``): the task says which pairs are cached, fresh, in its process, and the
-driver hands it one of those first, then pair ``index``, then any unclaimed one. Spark decides
-which Python worker (and on a cluster, which executor) gets each task; claiming turns that into
-"each pair stays where its runner is" whenever the process that holds it gets a task of the
-connector's job. The driver grants each pair once per job, so no pair runs twice at a time.
+Spark decides which Python worker runs each task, and it hands out idle workers in turn: with
+two idle workers, one pair would alternate between them and be rebuilt every epoch. So a pair
+has a *home*: the process that holds its runner. Every Python worker that runs pairs serves a
+small loopback endpoint (``run``); the Spark task that gets a pair whose home is another process
+on the same host *delegates* the epoch there and returns its result. Which pair a Spark task
+runs is *claimed* from the driver over the control channel (``worker.control``): a pair cached
+fresh in the claiming process first, then a pair whose home is a sibling process on this host
+(delegated), then pair ``index``, then any unclaimed one. The driver grants each pair once per
+job, so no pair runs twice at a time; a home that cannot be reached is replaced by the claiming
+process (the pair restarts there from its committed offsets).
 
 Each spec names the epoch whose offsets the driver committed last (``prev_epoch``): a cached
 runner that did not run exactly that epoch is stale (its pair ran elsewhere meanwhile, or a
 result was lost) and is restarted from the committed offsets. The spec carries a fencing
 ``token``; the driver persists a result only if its token is the one it issued for that pair
 in that job. Tasks read only their own partitions' committed offsets, through the channel.
+Runners left idle (their pair now lives elsewhere) are stopped after a while.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import pickle
 import socket
+import threading
 import time
 import traceback
 from typing import Any
 
 import attrs
+import orjson
 
 from connect.errors import RetriableError
 from connect.sink import SinkTask, SinkTaskContext
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, EpochResult
 from connect.tasks.runner import TaskPairRunner
-from worker.control import ControlAddress, client_for
+from worker.control import ControlAddress, ControlServer, client_for
 
 __all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id"]
 
@@ -77,10 +86,25 @@ def pair_id(connector: str, task: int) -> str:
 class _Cached:
     generation: str
     runner: TaskPairRunner
+    idle_after_s: float  # stop it when it has not run for this long (its pair lives elsewhere)
     last_epoch: int | None = None
+    used_at: float = attrs.field(factory=time.monotonic)
 
 
 _RUNNERS: dict[tuple[str, int], _Cached] = {}
+_LOCK = threading.Lock()  # guards _RUNNERS, _PAIR_LOCKS and _HOME
+_PAIR_LOCKS: dict[tuple[str, int], threading.Lock] = {}  # one epoch of a pair at a time in this process
+_HOME: ControlServer | None = None
+
+
+def _pair_lock(key: tuple[str, int]) -> threading.Lock:
+    with _LOCK:
+        return _PAIR_LOCKS.setdefault(key, threading.Lock())
+
+
+def _idle_after_s(policy: RunnerPolicy) -> float:
+    """A cached runner unused for two whole epochs (and 10 s) belongs to a pair that moved."""
+    return 2 * (policy.epoch_max_ms + policy.epoch_grace_ms) / 1000 + 10
 
 
 def _stop_flag(control: ControlAddress | None):
@@ -133,7 +157,9 @@ def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner
 
 
 def _evict(key: tuple[str, int]) -> None:
-    cached = _RUNNERS.pop(key, None)
+    """Stop and forget the runner cached for ``key``; the caller holds the pair's lock."""
+    with _LOCK:
+        cached = _RUNNERS.pop(key, None)
     if cached is not None:
         try:
             cached.runner.stop()
@@ -141,37 +167,55 @@ def _evict(key: tuple[str, int]) -> None:
             log.warning("stopping stale task pair %s-%s: %s", *key, exc)
 
 
+def _evict_idle(running: tuple[str, int]) -> None:
+    """Stop runners that have not run for a while: their pairs run elsewhere now. Stopping
+    unassigns their consumers (no idle prefetching) and returns their clients to the pool."""
+    now = time.monotonic()
+    with _LOCK:
+        idle = [k for k, c in _RUNNERS.items() if k != running and now - c.used_at > c.idle_after_s]
+    for key in idle:
+        lock = _pair_lock(key)
+        if lock.acquire(blocking=False):  # busy means it is not idle after all
+            try:
+                cached = _RUNNERS.get(key)
+                if cached is not None and time.monotonic() - cached.used_at > cached.idle_after_s:
+                    _evict(key)
+            finally:
+                lock.release()
+
+
 def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = None) -> EpochResult:
     key = (spec.connector, spec.task)
-    # Every pair of this connector runs once per job, somewhere. A runner cached here for
-    # another pair of the same connector will be stale when that pair comes back (it runs
-    # elsewhere now), so release it: that unassigns its consumer (no idle prefetching) and returns
-    # its clients to the pool. Other connectors' runners stay: their jobs are independent.
-    for other in [k for k in _RUNNERS if k[0] == spec.connector and k != key]:
-        _evict(other)
-    cached = _RUNNERS.get(key)
-    if cached is not None and (cached.last_epoch != spec.prev_epoch or cached.generation != spec.generation):
-        _evict(key)
-        cached = None
-    restarted = cached is None
-    if cached is not None:
-        cached.runner.offsets_persisted()  # prev_epoch matched: the driver stored its offsets
-    if cached is None:
-        started = time.time()
+    _evict_idle(key)
+    with _pair_lock(key):
+        cached = _RUNNERS.get(key)
+        if cached is not None and (cached.last_epoch != spec.prev_epoch or cached.generation != spec.generation):
+            _evict(key)
+            cached = None
+        restarted = cached is None
+        if cached is not None:
+            cached.runner.offsets_persisted()  # prev_epoch matched: the driver stored its offsets
+        if cached is None:
+            started = time.time()
+            try:
+                cached = _Cached(spec.generation, _build(spec, control), _idle_after_s(spec.policy))
+            except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
+                return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
+                                   trace="".join(traceback.format_exception(exc)), pid=os.getpid(),
+                                   restarted=True, retriable=_transient_start_failure(exc), token=spec.token,
+                                   host=_HOST)
+            with _LOCK:
+                _RUNNERS[key] = cached
         try:
-            cached = _Cached(spec.generation, _build(spec, control))
-        except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
-            return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
-                               trace="".join(traceback.format_exception(exc)), pid=os.getpid(), restarted=True,
-                               retriable=_transient_start_failure(exc), token=spec.token, host=_HOST)
-        _RUNNERS[key] = cached
-    result = cached.runner.run_epoch(spec.epoch)
-    result.restarted = restarted
-    result.token = spec.token
-    cached.last_epoch = spec.epoch
-    if result.state == FAILED:
-        _evict(key)
-    return result
+            result = cached.runner.run_epoch(spec.epoch)
+        finally:
+            cached.used_at = time.monotonic()
+        result.restarted = restarted
+        result.token = spec.token
+        cached.last_epoch = spec.epoch
+        if result.state == FAILED:
+            _evict(key)
+        return result
 
 
 def _transient_start_failure(exc: BaseException) -> bool:
@@ -184,17 +228,81 @@ def _fresh(spec: TaskPairSpec) -> bool:
     return cached is not None and cached.last_epoch == spec.prev_epoch and cached.generation == spec.generation
 
 
+def home_address() -> ControlAddress:
+    """This process's loopback endpoint where sibling processes delegate epochs (started once)."""
+    global _HOME
+    with _LOCK:
+        if _HOME is None:
+            _HOME = ControlServer("127.0.0.1")
+            _HOME.register("run", _serve_delegated)
+        return _HOME.address
+
+
+def _serve_delegated(request: dict) -> str:
+    spec = pickle.loads(base64.b64decode(request["spec"]))
+    control = tuple(request["control"]) if request.get("control") else None
+    result = run_task_pair_epoch(spec, control)
+    return base64.b64encode(pickle.dumps(result)).decode()
+
+
+class _HomeGone(Exception):
+    """The pair's home process cannot be reached: nothing was sent, run the pair here."""
+
+
+def _delegate(home: ControlAddress, spec: TaskPairSpec, control: ControlAddress | None) -> EpochResult:
+    """Run the epoch in the pair's home process and return its result.
+
+    One connection per epoch, one attempt: a request that was sent must never be sent twice.
+    If the answer is lost, the epoch is reported FAILED (retriable); the driver does not
+    persist it, so the home's runner is stale next time and restarts from the committed offsets.
+    """
+    from pyspark import cloudpickle  # classes defined in tests or notebooks travel by value
+
+    host, port, secret = home
+    try:
+        sock = socket.create_connection((host, port), timeout=2.0)
+    except OSError as exc:
+        raise _HomeGone(f"{host}:{port}: {exc}") from exc
+    p = spec.policy
+    started = time.time()
+    payload = {"op": "run", "secret": secret, "spec": base64.b64encode(cloudpickle.dumps(spec)).decode(),
+               "control": list(control) if control else None}
+    try:
+        with sock:
+            # The home needs at most the epoch, its grace and a task start (lookups of 10 s).
+            sock.settimeout((p.epoch_max_ms + p.epoch_grace_ms) / 1000 + 60)
+            sock.sendall(orjson.dumps(payload) + b"\n")
+            line = sock.makefile("rb").readline()
+        answer = orjson.loads(line) if line else {"error": "the home process closed the connection"}
+        if "error" in answer:
+            raise ConnectionError(answer["error"])
+        return pickle.loads(base64.b64decode(answer["ok"]))
+    except (OSError, ValueError) as exc:
+        return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
+                           trace=f"the epoch delegated to {host}:{port} (the pair's home process) was lost: {exc}",
+                           pid=os.getpid(), restarted=True, retriable=True, token=spec.token, host=_HOST)
+
+
 def run_claimed_epoch(index: int, specs: list[TaskPairSpec], job: JobContext) -> EpochResult:
-    """Claim a pair of ``specs`` from the driver (preferring one fresh here) and run its epoch."""
+    """Claim a pair of ``specs`` from the driver (preferring one at home here) and run its epoch,
+    here or in the pair's home process on this host."""
     fresh = [pair_id(s.connector, s.task) for s in specs if _fresh(s)]
+    home = home_address()
     claimed = client_for(job.control).request("claim", job=job.job, index=index, fresh=fresh, host=_HOST,
-                                              pid=os.getpid())
+                                              pid=os.getpid(), home=list(home))
     if claimed is None:
         raise RuntimeError(f"job {job.job}: no task pair left to claim (more Spark tasks than pairs?)")
-    spec = next(s for s in specs if pair_id(s.connector, s.task) == claimed)
+    spec = next(s for s in specs if pair_id(s.connector, s.task) == claimed["pair"])
+    elsewhere = claimed.get("home")
+    if elsewhere and tuple(elsewhere) != home:
+        try:
+            return _delegate(tuple(elsewhere), spec, job.control)
+        except _HomeGone as exc:
+            log.warning("home of task pair %s is gone (%s); running it here", claimed["pair"], exc)
     return run_task_pair_epoch(spec, job.control)
 
 
 def stop_all_cached() -> None:
     for key in list(_RUNNERS):
-        _evict(key)
+        with _pair_lock(key):
+            _evict(key)

@@ -88,17 +88,21 @@ def control_host(spark) -> str:
 class ClaimBook:
     """Driver side of claiming: per job, which pair each Spark task runs (see ``worker.partition``).
 
-    Each pair is granted once per job; a task is offered a pair cached fresh in its process
-    first, then pair ``index``, then any pair not yet granted. ``moves`` counts grants of a pair
-    to a process other than the one that ran it last.
+    Each pair is granted once per job. A task is offered, in this order: a pair cached fresh in
+    its own process; a pair whose home (the process that ran it last, learnt from the results)
+    is another process on the same host - the task then delegates the epoch there; pair
+    ``index``; any pair not yet granted. ``moves`` counts epochs of a pair that ran in another
+    process than its previous one.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[str, tuple[list[str], set[str]]] = {}
-        self._where: dict[str, tuple[str, int]] = {}  # pair -> (host, pid) of its last grant
+        self._where: dict[str, tuple[str, int]] = {}  # pair -> (host, pid) that ran its last epoch
+        self._homes: dict[tuple[str, int], list] = {}  # (host, pid) -> that process's delegation endpoint
         self.moves = 0
         self.grants = 0
+        self.delegated = 0
 
     def open(self, job: str, pairs: list[str]) -> None:
         with self._lock:
@@ -108,21 +112,37 @@ class ClaimBook:
         with self._lock:
             self._jobs.pop(job, None)
 
-    def claim(self, request: dict) -> str | None:
+    def claim(self, request: dict) -> dict | None:
         with self._lock:
             pairs, taken = self._jobs.get(request["job"], ([], set()))
+            host = request.get("host", "")
+            me = (host, request.get("pid", 0))
+            if request.get("home"):
+                self._homes[me] = request["home"]
             index = request.get("index", 0)
-            preferred = [p for p in request.get("fresh", ()) if p in pairs]
-            for pair in [*preferred, *pairs[index:index + 1], *pairs]:
+            fresh = [p for p in request.get("fresh", ()) if p in pairs]
+            homes = {}
+            for pair in pairs:
+                where = self._where.get(pair)
+                if where is not None and where[0] == host and where != me and where in self._homes:
+                    homes[pair] = self._homes[where]
+            for pair in [*fresh, *homes, *pairs[index:index + 1], *pairs]:
                 if pair not in taken:
                     taken.add(pair)
-                    where = (request.get("host", ""), request.get("pid", 0))
-                    if self._where.get(pair, where) != where:
-                        self.moves += 1
-                    self._where[pair] = where
                     self.grants += 1
-                    return pair
+                    home = None if pair in fresh else homes.get(pair)
+                    self.delegated += home is not None
+                    return {"pair": pair, "home": home}
             return None
+
+    def ran(self, results: Sequence[EpochResult]) -> None:
+        """Learn where each pair's runner lives now (the process that ran its epoch)."""
+        with self._lock:
+            for r in results:
+                pair, where = pair_id(r.connector, r.task), (r.host, r.pid)
+                if self._where.get(pair, where) != where:
+                    self.moves += 1
+                self._where[pair] = where
 
 
 class SparkExecutor:
@@ -157,7 +177,9 @@ class SparkExecutor:
         sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
         self.claims.open(job.job, [pair_id(s.connector, s.task) for s in specs])
         try:
-            return (sc.parallelize(range(len(specs)), len(specs))
-                    .map(lambda i: run_claimed_epoch(i, specs, job)).collect())
+            results = (sc.parallelize(range(len(specs)), len(specs))
+                       .map(lambda i: run_claimed_epoch(i, specs, job)).collect())
+            self.claims.ran(results)
+            return results
         finally:
             self.claims.close(job.job)

@@ -292,3 +292,28 @@ def test_two_connectors_share_one_driver_and_one_spark_job_per_epoch(kafka_pair,
         driver.close()
     assert len(consume_all(dst.bootstrap, f"x.{first}", range(2), 1000)) == 1000
     assert len(consume_all(dst.bootstrap, f"x.{second}", [0], 1000)) == 1000
+
+
+def test_a_pair_stays_in_its_home_process_while_spark_rotates_python_workers(kafka_pair, spark, tmp_path, unique):
+    """Spark hands idle Python workers out in turn; a pair must not follow them (and restart)."""
+    src, dst = kafka_pair
+    wide, narrow = f"{unique}-wide", f"{unique}-narrow"
+    create_topic(src.bootstrap, wide, 3)
+    create_topic(src.bootstrap, narrow, 1)
+    produce(src.bootstrap, narrow, 3000, 1)
+    # Three pairs at once leave (at least) three idle Python workers behind.
+    warm = make_driver(spark, tmp_path / "warm", kafka_pipeline(wide, src.bootstrap, dst.bootstrap, **{
+        "source.topics": wide, "tasks.max": 3, "epoch.max.ms": 300}))
+    try:
+        assert len({r.pid for r in warm.run_epoch()}) == 3
+    finally:
+        warm.close()
+    driver = make_driver(spark, tmp_path / "one", kafka_pipeline(narrow, src.bootstrap, dst.bootstrap, **{
+        "source.topics": narrow, "epoch.max.ms": 300, "epoch.max.records": 300}))
+    try:
+        results = [driver.run_epoch()[0] for _ in range(8)]
+    finally:
+        driver.close()
+    assert all(r.state == "RUNNING" for r in results), [r.trace for r in results]
+    assert [r.restarted for r in results[1:]] == [False] * 7, [(r.pid, r.restarted) for r in results]
+    assert len({r.pid for r in results}) == 1

@@ -151,14 +151,21 @@ def test_failed_epoch_evicts_the_runner(spec):
     assert fresh.restarted is True
 
 
-def test_another_pair_evicts_the_cached_one(spec):
+def test_pairs_of_one_connector_live_side_by_side(spec):
     run_task_pair_epoch(spec(1, None, task=0))
     other = run_task_pair_epoch(spec(1, None, task=1))
     assert other.restarted is True
+    assert set(partition._RUNNERS) == {("conn", 0), ("conn", 1)}
+    back = run_task_pair_epoch(spec(2, 1, task=0))
+    assert back.restarted is False
+
+
+def test_a_runner_left_idle_is_stopped(spec):
+    run_task_pair_epoch(spec(1, None, task=0))
+    partition._RUNNERS[("conn", 0)].used_at -= partition._RUNNERS[("conn", 0)].idle_after_s + 1
+    run_task_pair_epoch(spec(1, None, task=1))  # any epoch in this process sweeps idle runners
     assert set(partition._RUNNERS) == {("conn", 1)}
     assert TrackedSource.instances[0].stopped
-    back = run_task_pair_epoch(spec(2, 1, task=0))
-    assert back.restarted is True
 
 
 def test_stop_requested_by_the_driver_ends_the_epoch(spec):
@@ -240,3 +247,58 @@ def test_claimed_epoch_prefers_the_pair_cached_in_this_process(spec):
             run_claimed_epoch(0, specs, job)
     finally:
         server.close()
+
+
+def test_an_epoch_delegated_to_the_pairs_home_runs_its_cached_runner(spec):
+    from worker.partition import _delegate, home_address
+
+    first = run_task_pair_epoch(spec(1, None))
+    again = _delegate(home_address(), spec(2, 1), None)  # over the loopback endpoint, as a sibling would
+    assert again.state == RUNNING, again.trace
+    assert (again.restarted, again.pid, again.token) == (False, first.pid, "t2")
+    assert again.offsets == {P0: {"offset": 5}}  # continued after 0, 1, 2
+    wrong = _delegate(home_address(), attrs.evolve(spec(2, 1), token="x"), None)  # prev_epoch 1 ran already
+    assert wrong.restarted is True
+
+
+def test_a_home_that_is_gone_means_the_pair_runs_here(spec):
+    from worker.embedded import free_port
+    from worker.partition import JobContext, run_claimed_epoch
+
+    server = ControlServer()
+    server.register("claim", lambda _request: {"pair": "conn/0", "home": ["127.0.0.1", free_port(), "s"]})
+    server.register("stop", lambda _request: False)
+    try:
+        result = run_claimed_epoch(0, [spec(1, None)], JobContext(server.address, "j"))
+    finally:
+        server.close()
+    assert result.state == RUNNING, result.trace
+    assert result.pid == os.getpid() and result.restarted is True
+
+
+def test_claims_prefer_fresh_then_home_on_this_host_then_index():
+    from connect.tasks.results import EpochResult
+    from worker.spark import ClaimBook
+
+    book = ClaimBook()
+    pairs = ["c/0", "c/1", "c/2"]
+
+    def claim(job, pid, index, fresh=(), host="h1"):
+        return book.claim({"job": job, "index": index, "fresh": list(fresh), "host": host, "pid": pid,
+                           "home": [host, pid, "secret"]})
+
+    def ran(task, pid, host="h1"):
+        return EpochResult("c", task, 1, RUNNING, {}, {}, 0.0, 0.0, pid=pid, host=host)
+
+    book.open("j1", pairs)
+    assert [claim("j1", pid, i)["pair"] for i, pid in enumerate((10, 11, 12))] == pairs
+    book.ran([ran(0, 10), ran(1, 11), ran(2, 12)])
+    assert book.moves == 0
+    book.open("j2", pairs)
+    # pid 13 is new: it gets a pair living in a sibling on its host, to delegate there
+    assert claim("j2", 13, 0) == {"pair": "c/0", "home": ["h1", 10, "secret"]}
+    assert claim("j2", 11, 0, fresh=["c/1"]) == {"pair": "c/1", "home": None}  # fresh here: run here
+    assert claim("j2", 20, 2, host="h2") == {"pair": "c/2", "home": None}  # another host: no delegation
+    assert claim("j2", 21, 0, host="h2") is None
+    book.ran([ran(0, 10), ran(1, 11), ran(2, 20, host="h2")])
+    assert book.moves == 1 and book.delegated == 1
