@@ -1,0 +1,289 @@
+"""What users see: `connect run` as a process, measured from outside at the target topic.
+
+Two embedded tansu brokers (source, target). Every mirror runs as its own process and a watcher
+consumer in this process reads the target topic from the start, noting when each record arrives:
+
+- throughput: ``--records`` records (100 B values, 2 partitions) are produced to a fresh source
+  topic, then the mirror starts; steady state = records between the 10% and 90% arrival marks
+  divided by the time between those marks. Mirrors: the raw confluent-kafka consume->produce loop
+  (``bench/e2e.py raw-loop``, same producer settings as the sink), `connect run` with 1 and with
+  2 task pairs. Also: seconds from launch to the first record at the target.
+- latency: a producer process writes ``--rate`` msg/s for ``--seconds`` s while the mirror runs;
+  latency = arrival at the target - record timestamp (set at produce time, kept by the mirror),
+  the first 5 s left out. Against the raw loop and against no mirror at all (the watcher reads
+  the source topic). p50/p95/p99/max, and p99 per second so spikes at epoch ends show.
+
+Usage: python bench/e2e.py [--records 600000] [--rounds 3] [--rate 20000] [--seconds 25]
+       [--epoch-ms N] [--only throughput|latency]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
+from worker.embedded import EmbeddedKafka  # noqa: E402
+
+PARTITIONS = 2
+WARMUP_S = 5.0
+
+
+# -- processes under test ------------------------------------------------------------------------
+def raw_loop(src: str, dst: str, topic: str, target: str) -> None:
+    """The raw client loop, as a process: consume -> produce until SIGTERM, delivery reports checked."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    consumer = Consumer({"bootstrap.servers": src, "group.id": "raw", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 100})
+    producer = Producer({"bootstrap.servers": dst, **PRODUCER_DEFAULTS})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    errors = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    while not stop:
+        for m in consumer.consume(5000, 0.1):
+            if m.error() is not None:
+                raise RuntimeError(m.error())
+            while True:
+                try:
+                    producer.produce(target, m.value(), m.key(), partition=m.partition(), on_delivery=on_delivery,
+                                     timestamp=m.timestamp()[1], headers=m.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(10)
+    if errors:
+        raise SystemExit(f"raw loop: {len(errors)} delivery errors, e.g. {errors[0]}")
+
+
+def produce(bootstrap: str, topic: str, records: int, rate: float, value_size: int) -> None:
+    """``records`` records, round robin over the partitions; at ``rate`` msg/s (0 = as fast as possible)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if rate else 20, "batch.num.messages": 10000})
+    value = b"v" * value_size
+    t0 = time.monotonic()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, str(i).encode(), partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if rate and i % 50 == 0:
+            p.poll(0)
+            ahead = i / rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+    assert p.flush(60) == 0
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def start_mirror(kind: str, src: str, dst: str, topic: str, target: str, work: Path, epoch_ms: int | None
+                 ) -> subprocess.Popen:
+    if kind == "raw":
+        return _spawn([__file__, "raw-loop", src, dst, topic, target], work / f"{target}.log")
+    tasks = {"connect-1": 1, "connect-2": 2}[kind]
+    config = {"source.connector.class": "kafka", "source.bootstrap.servers": src, "source.topics": topic,
+              "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target,
+              "tasks.max": str(tasks)}
+    if epoch_ms:
+        config["epoch.max.ms"] = str(epoch_ms)
+    path = work / f"{target}.json"
+    path.write_text(json.dumps({"name": target, "config": config}))
+    return _spawn(["-m", "worker.cli", "run", str(path), "--data-dir", str(work / target),
+                   "--spark-conf", "spark.ui.enabled=false"], work / f"{target}.log")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# -- the watcher ---------------------------------------------------------------------------------
+def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subprocess.Popen | None = None,
+          latency: bool = True, probe: bool = False):
+    """Read ``topic`` from the start until ``expected`` records arrived: [(arrival, count, [latencies ms])].
+    The probe record (key ``probe``) counts only with ``probe=True``."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watcher", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 10, "topic.metadata.refresh.interval.ms": 500})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    arrivals, seen = [], 0
+    deadline = time.monotonic() + timeout
+    try:
+        while seen < expected and time.monotonic() < deadline:
+            msgs = c.consume(10000, 0.05)
+            if not msgs:
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"the mirror exited with {proc.returncode}")
+                continue
+            now = time.time()
+            good = [m for m in msgs if m.error() is None and (probe or m.key() != b"probe")]
+            seen += len(good)
+            arrivals.append((now, len(good), [now * 1000 - m.timestamp()[1] for m in good] if latency else ()))
+    finally:
+        c.close()
+    if seen < expected:
+        raise RuntimeError(f"only {seen} of {expected} records reached {topic} within {timeout:.0f} s")
+    return arrivals
+
+
+def steady_rate(arrivals, total: int) -> float:
+    marks, count = {}, 0
+    for t, n, _ in arrivals:
+        count += n
+        for frac in (0.1, 0.9):
+            if frac not in marks and count >= frac * total:
+                marks[frac] = t
+    return 0.8 * total / max(marks[0.9] - marks[0.1], 1e-9)
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(int(q * len(values)), len(values) - 1)] if values else float("nan")
+
+
+# -- the two measurements ------------------------------------------------------------------------
+def throughput_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, records: int, value_size: int, work: Path,
+                     epoch_ms: int | None) -> dict[str, tuple[float, float]]:
+    out = {}
+    for kind in ("raw", "connect-1", "connect-2"):
+        topic, target = f"tp-{rnd}-{kind}", f"tp-{rnd}-{kind}-out"
+        _create(a.bootstrap, topic)
+        _create(b.bootstrap, target)  # the watcher fetches from the first record on
+        produce(a.bootstrap, topic, records, 0, value_size)
+        launched = time.time()
+        proc = start_mirror(kind, a.bootstrap, b.bootstrap, topic, target, work, epoch_ms)
+        try:
+            arrivals = watch(b.bootstrap, target, records, 600, proc, latency=False)
+        finally:
+            stop(proc)
+        out[kind] = (steady_rate(arrivals, records), arrivals[0][0] - launched)
+        print(f"    {kind:<10} {out[kind][0]:>10,.0f} msg/s steady, first record {out[kind][1]:.1f} s after launch",
+              flush=True)
+    return out
+
+
+def latency_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, seconds: int, value_size: int,
+                  work: Path, epoch_ms: int | None) -> dict[str, dict]:
+    out = {}
+    total = rate * seconds
+    for kind in ("none", "raw", "connect-1"):
+        topic, target = f"lat-{rnd}-{kind}", f"lat-{rnd}-{kind}-out"
+        _create(a.bootstrap, topic)
+        _create(b.bootstrap, target)
+        proc = None
+        if kind != "none":
+            proc = start_mirror(kind, a.bootstrap, b.bootstrap, topic, target, work, epoch_ms)
+            _wait_started(b.bootstrap, target, a.bootstrap, topic, proc)
+        producer = _spawn([__file__, "produce", a.bootstrap, topic, str(total), str(rate), str(value_size)],
+                          work / f"{topic}-producer.log")
+        try:
+            arrivals = watch(*((a.bootstrap, topic) if kind == "none" else (b.bootstrap, target)),
+                             total, seconds + 120, proc)
+        finally:
+            producer.wait(60)
+            if proc is not None:
+                stop(proc)
+        start = arrivals[0][0] + WARMUP_S
+        lat = [x for t, _, xs in arrivals if t >= start for x in xs]
+        per_second: dict[int, list[float]] = {}
+        for t, _, xs in arrivals:
+            if t >= start:
+                per_second.setdefault(int(t - start), []).extend(xs)
+        out[kind] = {"p50": percentile(lat, 0.5), "p95": percentile(lat, 0.95), "p99": percentile(lat, 0.99),
+                     "max": max(lat), "p99s": [percentile(v, 0.99) for _, v in sorted(per_second.items())]}
+        s = out[kind]
+        print(f"    {kind:<10} p50 {s['p50']:6.0f} ms  p95 {s['p95']:6.0f}  p99 {s['p99']:6.0f}  max {s['max']:6.0f}"
+              f"   p99 per second: {' '.join(f'{v:.0f}' for v in s['p99s'])}", flush=True)
+    return out
+
+
+def _wait_started(dst: str, target: str, src: str, topic: str, proc: subprocess.Popen) -> None:
+    """Before the timed producer starts: one probe record goes through the mirror (it is running)."""
+    p = Producer({"bootstrap.servers": src})
+    p.produce(topic, b"probe", b"probe", partition=0)
+    p.flush(10)
+    watch(dst, target, 1, 120, proc, probe=True)
+
+
+def _create(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+        f.result()
+
+
+def _span(values: list[float], fmt: str) -> str:
+    return f"median {format(statistics.median(values), fmt)} (range {format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "raw-loop":
+        return raw_loop(*sys.argv[2:6])
+    if len(sys.argv) > 1 and sys.argv[1] == "produce":
+        bootstrap, topic, records, rate, size = sys.argv[2:7]
+        return produce(bootstrap, topic, int(records), float(rate), int(size))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=600_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rate", type=int, default=20_000)
+    ap.add_argument("--seconds", type=int, default=25)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--epoch-ms", type=int, default=None, help="epoch.max.ms of the mirrors (default: the product's)")
+    ap.add_argument("--only", choices=["throughput", "latency"])
+    args = ap.parse_args()
+    records = args.records - args.records % PARTITIONS
+    with EmbeddedKafka() as a, EmbeddedKafka() as b, tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        thr, lat = [], []
+        for rnd in range(args.rounds):
+            if args.only != "latency":
+                print(f"round {rnd + 1}: throughput, {records:,} records", flush=True)
+                thr.append(throughput_round(rnd, a, b, records, args.value_size, work, args.epoch_ms))
+            if args.only != "throughput":
+                print(f"round {rnd + 1}: latency at {args.rate:,} msg/s for {args.seconds} s", flush=True)
+                lat.append(latency_round(rnd, a, b, args.rate, args.seconds, args.value_size, work, args.epoch_ms))
+    print()
+    if thr:
+        one = [r["connect-1"][0] / r["raw"][0] for r in thr]
+        two = [r["connect-2"][0] / r["connect-1"][0] for r in thr]
+        print(f"steady state, 1 pair / raw loop:   {_span(one, '.2f')}   per round: {', '.join(f'{x:.2f}' for x in one)}")
+        print(f"steady state, 2 pairs / 1 pair:    {_span(two, '.2f')}   per round: {', '.join(f'{x:.2f}' for x in two)}")
+        for kind in ("raw", "connect-1", "connect-2"):
+            print(f"{kind:<10} msg/s {_span([r[kind][0] for r in thr], ',.0f')}, first record after launch "
+                  f"{_span([r[kind][1] for r in thr], '.1f')} s")
+    if lat:
+        for kind in ("none", "raw", "connect-1"):
+            print(f"latency {kind:<10} " + "  ".join(f"{q} {_span([r[kind][q] for r in lat], '.0f')} ms"
+                                                      for q in ("p50", "p99", "max")))
+
+
+if __name__ == "__main__":
+    main()
