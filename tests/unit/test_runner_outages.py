@@ -184,3 +184,117 @@ def test_a_batch_the_sink_never_took_keeps_its_offsets_and_goes_out_first_later(
         if committed.get(P0, {}).get("offset") == 49:
             break
     assert sink.delivered == list(range(50)), "every record delivered once, in order"
+
+
+class AckingSink(SinkTask):
+    """Acknowledges records only when the test says so (``deliver``), like a producer whose
+    acknowledgements arrive later; ``fail`` reports chosen records as transient failures."""
+
+    acknowledges_records = True
+
+    def __init__(self):
+        super().__init__()
+        self.in_flight: list[ConnectRecord] = []
+        self.delivered: list[int] = []
+        self.fail_offsets: set[int] = set()
+
+    def start(self, config, context):
+        pass
+
+    def put(self, records: Sequence[ConnectRecord]) -> None:
+        self.in_flight.extend(records)
+
+    def deliver(self, count: int | None = None) -> None:
+        """The next ``count`` records in flight get their outcome (all when None)."""
+        count = len(self.in_flight) if count is None else count
+        done, self.in_flight = self.in_flight[:count], self.in_flight[count:]
+        for r in done:
+            offset = r.source_offset["offset"]
+            if offset in self.fail_offsets:
+                self.fail_offsets.discard(offset)
+                self.context.errant_record_reporter.report(r, RetriableError("request timed out"))
+            else:
+                self.delivered.append(offset)
+                self.context.acknowledge(r)
+
+    def flush(self, offsets):
+        return not self.in_flight
+
+    def stop(self):
+        pass
+
+
+def _acking_runner(sink, records=50, epoch_ms=200, grace_ms=2000):
+    policy = RunnerPolicy(epoch_max_ms=epoch_ms, epoch_grace_ms=grace_ms, retry_timeout_ms=60_000,
+                          retry_delay_max_ms=50, max_in_flight_records=1000)
+    return TaskPairRunner(connector="acks", task_id=0, source=MemorySourceTask(), sink=sink,
+                          source_config={"records": str(records), "batch.size": "10"}, sink_config={}, policy=policy)
+
+
+def test_an_acknowledging_sink_ends_epochs_without_draining_and_commits_what_was_acknowledged():
+    sink = AckingSink()
+    runner = _acking_runner(sink)
+    t0 = time.monotonic()
+    first = runner.run_epoch(1)
+    assert time.monotonic() - t0 < 0.2 + 0.5, "the epoch waited for records in flight (grace is 2 s)"
+    assert first.state == RUNNING and first.offsets == {}  # all 50 in flight, none acknowledged
+    sink.deliver(23)  # acknowledgements arrive between epochs
+    second = runner.run_epoch(2)
+    assert second.offsets == {P0: {"offset": 22}}
+    assert second.stats["records"] == 0  # nothing new to poll; the 27 in flight stayed with the pair
+    sink.deliver()
+    assert runner.run_epoch(3).offsets == {P0: {"offset": 49}}
+    assert sink.delivered == list(range(50))
+
+
+def test_a_partition_waits_for_its_resent_record_even_when_later_ones_were_acknowledged():
+    sink = AckingSink()
+    sink.fail_offsets = {5}
+    runner = _acking_runner(sink, records=10)
+    runner.run_epoch(1)
+    sink.deliver()  # 0-4 acknowledged, 5 failed (transient), 6-9 acknowledged
+    second = runner.run_epoch(2)  # 6-9 must not be committed before 5 is re-sent and acknowledged
+    assert second.offsets == {}, second.offsets  # the partition is held while 5 waits
+    third = runner.run_epoch(3)
+    assert [r.source_offset["offset"] for r in sink.in_flight] == [5]  # re-sent
+    assert third.offsets == {}  # and still in flight
+    sink.deliver()
+    assert runner.run_epoch(4).offsets == {P0: {"offset": 9}}
+    assert sorted(sink.delivered) == list(range(10))
+
+
+def test_an_acknowledging_sink_drains_when_the_worker_stops():
+    sink = AckingSink()
+    stopping = []
+    policy = RunnerPolicy(epoch_max_ms=200, epoch_grace_ms=300, retry_timeout_ms=60_000, max_in_flight_records=1000)
+    runner = TaskPairRunner(connector="acks", task_id=0, source=MemorySourceTask(), sink=sink,
+                            source_config={"records": "20", "batch.size": "10"}, sink_config={}, policy=policy,
+                            stop_requested=lambda: bool(stopping))
+    runner.run_epoch(1)
+    stopping.append(True)
+    sink.flush = lambda offsets: (sink.deliver(), True)[1]  # acknowledgements come while draining
+    assert runner.run_epoch(2).offsets == {P0: {"offset": 19}}
+
+
+def test_an_acknowledging_sink_that_refused_a_batch_until_the_deadline_gets_it_first_next_time():
+    sink = AckingSink()
+    refusing = [True]
+    real_put = sink.put
+
+    def put(records):
+        if refusing[0]:
+            raise RetriableError("cannot read target metadata")
+        real_put(records)
+
+    sink.put = put
+    runner = _acking_runner(sink, records=10)  # one batch, refused whole
+    assert runner.run_epoch(1).offsets == {}
+    refusing[0] = False
+    runner.run_epoch(2)
+    sink.deliver()
+    committed = {}
+    for epoch in range(3, 6):
+        committed.update(runner.run_epoch(epoch).offsets)
+        sink.deliver()
+    assert committed == {P0: {"offset": 9}}
+    assert sink.delivered == list(range(10))
