@@ -25,12 +25,6 @@ Guarantees the framework makes to a sink task:
   ``{}``) is called at the end of an epoch and whenever ``max.in.flight.records`` are
   unacknowledged. The offsets it returns are committed: only partitions whose every record put so
   far was acknowledged or reported may be in it.
-- *Acknowledging sinks* (class attribute ``acknowledges_records = True``) also call
-  ``context.acknowledge(record)`` for every record the destination confirmed, from the same
-  per-record callback. The runner then follows every record it put and commits each source
-  partition up to the record before its first one still in flight, so an epoch ends without
-  waiting for the records in flight: they stay with the pair and are accounted next epoch
-  (``pre_commit``'s answer is not used; ``flush`` serves the callbacks within ``time_left()``).
 - ``close(partitions)`` and ``stop()`` when the pair stops or is reconfigured.
 """
 
@@ -64,21 +58,14 @@ class SinkTaskContext:
         self.configs = dict(configs)
         self.errant_record_reporter = reporter or ErrantRecordReporter()
         self.deadline = float("inf")  # time.monotonic() value; the runner moves it each epoch
-        self.acknowledge = _ignore  # record -> None; the runner's tracker for acknowledging sinks
 
     def time_left(self) -> float:
         """Seconds the current call may still block (0 when the deadline has passed)."""
         return max(self.deadline - time.monotonic(), 0.0)
 
 
-def _ignore(_record: ConnectRecord) -> None:
-    pass
-
-
 class SinkTask:
     """Writes records to a destination. Implement ``start``, ``put``, ``flush``, ``stop``."""
-
-    acknowledges_records = False  # True: calls context.acknowledge(record) per confirmed record
 
     def __init__(self) -> None:
         self.context: SinkTaskContext | None = None

@@ -30,7 +30,6 @@ import os
 import socket
 import time
 import traceback
-from collections import deque
 from typing import Any, Callable, Mapping
 
 from connect.converters import BytesConverter, converter_for
@@ -51,15 +50,6 @@ _VALUE = operator.attrgetter("value")
 _KEY = operator.attrgetter("key")
 _HOST = socket.gethostname()
 _DELIVERY = "delivery"  # retry clock of transient delivery failures
-
-
-class _Reput:
-    """A re-sent copy of a record in the submitted queue: its partition waits for it."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, record: ConnectRecord):
-        self.record = record
 
 
 def _payload_bytes(batch) -> int:
@@ -134,21 +124,9 @@ class TaskPairRunner:
         self._permanent: list[tuple[ConnectRecord, BaseException]] = []  # not yet resolved (DLQ busy)
         self._conversion_failures: list[tuple[ConnectRecord, BaseException]] = []
         self._deadline = float("inf")
-        # -- acknowledging sinks: every record put, in order, until its outcome is known --
-        self._tracking = bool(getattr(type(sink), "acknowledges_records", False))
-        self._submitted: deque = deque()  # records (or _Reput copies) put, outcome not yet seen
-        self._acks: list[ConnectRecord] = []  # filled by the sink's callbacks
-        self._ack_counts: dict[int, int] = {}  # id(record) -> acknowledgements not yet matched
-        self._fail_counts: dict[int, int] = {}  # id(record) -> failures not yet matched
-        self._reput_waiting: dict[str, int] = {}  # partition key -> re-sent copies still in flight
-        self._progress: dict[int, ConnectRecord] = {}  # id(partition) -> last record with a known outcome
-        self._deferred: set[int] = set()  # ids of records in _resend that were never put (not re-sends)
-        if self._tracking:
-            self._unacked = None  # commit_record is called as outcomes arrive
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
-        self.sink.context.acknowledge = self._acks.append
         self.source.start(source_config, self.source.context)
         try:
             self.sink.start(sink_config, self.sink.context)
@@ -195,18 +173,18 @@ class TaskPairRunner:
                 self._move(max_records, committed, handler, stats)
             except EpochOver:
                 pass
-            if self._tracking and not self._stop_requested():
-                # No drain: commit what was acknowledged by now; records in flight stay with the
-                # pair (their acknowledgements arrive meanwhile) and are accounted next epoch.
-                now = time.monotonic()
-                self._set_deadline(now)
-                try:
-                    self._commit_point(committed, handler, stats,
-                                       failures_until=min(end_polling, now) + p.epoch_grace_ms / 1000)
-                except EpochOver:
-                    pass
-            else:
-                self._drain(end_polling, committed, handler, stats)
+            # The final flush and failure handling get the grace period, from the deadline or
+            # from now if the epoch ended early (stop signal, record count).
+            self._set_deadline(min(end_polling, time.monotonic()) + p.epoch_grace_ms / 1000)
+            try:
+                self._resend_due(stats)
+                self._commit_point(committed, handler, stats)
+                while self._resend:  # a transient blip: re-send within the grace period if it allows
+                    self._retry.wait(max(self._resend_at - time.monotonic(), 0.0), self._time_left)
+                    self._resend_due(stats)
+                    self._commit_point(committed, handler, stats)
+            except EpochOver:
+                pass
             self._returned_offsets = bool(committed)
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
             self._failed = True
@@ -226,20 +204,6 @@ class TaskPairRunner:
             pass
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
                            time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST)
-
-    def _drain(self, end_polling: float, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
-        """Final flush and failure handling within the grace period, from the deadline or from
-        now if the epoch ended early (stop signal, record count)."""
-        self._set_deadline(min(end_polling, time.monotonic()) + self.policy.epoch_grace_ms / 1000)
-        try:
-            self._resend_due(stats)
-            self._commit_point(committed, handler, stats)
-            while self._resend:  # a transient blip: re-send within the grace period if it allows
-                self._retry.wait(max(self._resend_at - time.monotonic(), 0.0), self._time_left)
-                self._resend_due(stats)
-                self._commit_point(committed, handler, stats)
-        except EpochOver:
-            pass
 
     def _persist_start_offsets(self, committed: dict) -> bool:
         """Persist where never-committed partitions start (latest, a timestamp, the low watermark)
@@ -287,12 +251,9 @@ class TaskPairRunner:
             pending.update(last)
             if last.keys() - self._opened_ids.keys():
                 self._open_new_partitions(last)
-            in_order = batch
             if convert is not None:
-                batch, in_order = self._convert(batch, convert, conversion_failures, stats)
+                batch = self._convert(batch, convert, conversion_failures, stats)
                 if not batch:
-                    if self._tracking:
-                        self._submitted.extend(in_order)
                     continue
             try:
                 retry.call("sink put", lambda b=batch: self.sink.put(b), time_left)
@@ -307,8 +268,6 @@ class TaskPairRunner:
                 size = _payload_bytes(batch)
             if unacked is not None:
                 unacked.extend(batch)
-            if self._tracking:
-                self._submitted.extend(in_order)
             n = len(batch)
             stats.records += n
             stats.bytes += size
@@ -317,19 +276,14 @@ class TaskPairRunner:
                 stats.observe_latency(time.time() * 1000 - last_ts)
             self._unflushed += n
 
-    def _convert(self, batch, convert, failures: list, stats: EpochStats):
-        """(converted records, every record in source order: converted ones or failed originals)."""
-        out, in_order = [], []
+    def _convert(self, batch, convert, failures: list, stats: EpochStats) -> list[ConnectRecord]:
+        out = []
         for r in batch:
             try:
-                c = convert(r)
+                out.append(convert(r))
             except ConversionError as exc:
                 failures.append((r, exc))
-                in_order.append(r)
-                continue
-            out.append(c)
-            in_order.append(c)
-        return out, in_order
+        return out
 
     def _open_new_partitions(self, last: dict[int, ConnectRecord]) -> None:
         """Call ``sink.open`` once per new source partition.
@@ -377,24 +331,12 @@ class TaskPairRunner:
         self._unflushed += len(batch)
         if self._unacked is not None:
             self._unacked.extend(batch)
-        if self._tracking:
-            waiting, deferred = self._reput_waiting, self._deferred
-            for r in batch:
-                if deferred and id(r) in deferred:  # first put of a record the sink did not take in time
-                    deferred.discard(id(r))
-                    self._submitted.append(r)
-                    continue
-                key = partition_key(r.source_partition)
-                waiting[key] = waiting.get(key, 0) + 1
-                self._submitted.append(_Reput(r))
 
     def _defer(self, batch: list[ConnectRecord], stats: EpochStats) -> None:
         """Records polled but not taken by the sink: queued, in order, to be put before anything new."""
         if not self._resend:
             self._resend_at = time.monotonic()
         self._resend.extend(batch)
-        if self._tracking:
-            self._deferred.update(map(id, batch))
         stats.records += len(batch)
 
     def _queue_resend(self, transient: list, stats: EpochStats) -> None:
@@ -406,11 +348,8 @@ class TaskPairRunner:
         self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, transient[0][1])
 
     # -- commit points -------------------------------------------------------------------------
-    def _commit_point(self, committed: dict, handler: FailedRecordHandler, stats: EpochStats,
-                      failures_until: float | None = None) -> None:
-        """Flush the sink, sort out failed records, and move ``committed`` forward where allowed.
-        ``failures_until``: a later deadline for handling failed records (hooks, dead letters)
-        than for the flush itself."""
+    def _commit_point(self, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
+        """Flush the sink, sort out failed records, and move ``committed`` forward where allowed."""
         pending = self._pending
         ids = {ident: partition_key(r.source_partition) for ident, r in pending.items()}
         offsets = {ids[ident]: dict(r.source_offset) for ident, r in pending.items()}
@@ -418,8 +357,6 @@ class TaskPairRunner:
         safe = self._retry.call("sink flush", lambda: self.sink.pre_commit(offsets), self._time_left)
         complete = all(k in safe for k in offsets)
         failures = self._reporter.take()
-        if self._tracking:
-            self._match_outcomes(failures + self._conversion_failures)
         transient = [f for f in failures if isinstance(f[1], RetriableError)]
         if transient:
             self._queue_resend(transient, stats)
@@ -427,36 +364,21 @@ class TaskPairRunner:
         self._conversion_failures = []
         stats.errors += len(new_permanent)
         failed_now = {partition_key(r.source_partition) for r, _ in transient}
-        if self._tracking:
-            self._awaiting = {k for k, n in self._reput_waiting.items() if n}
-        else:
-            self._awaiting = {k for k in self._awaiting if k not in safe or k in failed_now}
+        self._awaiting = {k for k in self._awaiting if k not in safe or k in failed_now}
         if not self._resend and not self._awaiting and self._retry.failing(_DELIVERY):
             self._retry.succeeded(_DELIVERY)
-        if failures_until is not None and (new_permanent or self._permanent):
-            self._set_deadline(failures_until)
         unresolved = self._resolve_permanent(new_permanent, handler, stats)
         blocked = {partition_key(r.source_partition) for r in self._resend} | self._awaiting
         blocked.update(partition_key(r.source_partition) for r, _ in self._permanent)
         blocked.update(partition_key(r.source_partition) for r, _ in unresolved)
         released = set()
-        if self._tracking:
-            for ident, r in list(self._progress.items()):
-                key = partition_key(r.source_partition)
-                if key not in blocked:
-                    committed[key] = dict(r.source_offset)
-                    del self._progress[ident]
-                    if pending.get(ident) is r:
-                        del pending[ident]
-            self._unflushed = len(self._submitted)
-        else:
-            for ident, key in ids.items():
-                if key in safe and key not in blocked:
-                    committed[key] = safe[key]
-                    released.add(ident)
-                    del pending[ident]
-            if complete:
-                self._unflushed = 0
+        for ident, key in ids.items():
+            if key in safe and key not in blocked:
+                committed[key] = safe[key]
+                released.add(ident)
+                del pending[ident]
+        if complete:
+            self._unflushed = 0
         if self._unacked:
             self._commit_records(failures, released, ids)
         gc.collect(1)
@@ -466,44 +388,6 @@ class TaskPairRunner:
                 f"{len(unresolved)} record(s) could not be written and nothing tolerated them "
                 f"(no hook accepted them, no errors.deadletterqueue.topic.name, errors.tolerance=none); "
                 f"first: {record.position()}: {type(error).__name__}: {error}") from error
-
-    def _match_outcomes(self, failures: list) -> None:
-        """Acknowledging sinks: pop every record at the head of the submitted queue whose outcome
-        is known (acknowledged, or failed - failures are then the runner's to resolve, and their
-        partitions are held until they are). Progress per partition = the last record popped."""
-        acks, fails = self._ack_counts, self._fail_counts
-        for r in self._acks:
-            acks[id(r)] = acks.get(id(r), 0) + 1
-        self._acks.clear()
-        for r, _ in failures:
-            fails[id(r)] = fails.get(id(r), 0) + 1
-        queue, progress, waiting = self._submitted, self._progress, self._reput_waiting
-        commit_record = self.source.commit_record if self._wants_commit_record else None
-        while queue:
-            entry = queue[0]
-            r = entry.record if entry.__class__ is _Reput else entry
-            k = id(r)
-            n = acks.get(k)
-            if n:
-                if n == 1:
-                    del acks[k]
-                else:
-                    acks[k] = n - 1
-                if commit_record is not None:
-                    commit_record(r, None)
-            else:
-                n = fails.get(k)
-                if not n:
-                    break
-                if n == 1:
-                    del fails[k]
-                else:
-                    fails[k] = n - 1
-            queue.popleft()
-            if entry.__class__ is _Reput:  # its original's slot already moved the partition on
-                waiting[partition_key(r.source_partition)] -= 1
-            else:
-                progress[id(r.source_partition)] = r
 
     def _resolve_permanent(self, new: list, handler: FailedRecordHandler, stats: EpochStats) -> list:
         """Hooks -> DLQ -> tolerance for permanent failures; the DLQ being slow keeps them for later."""

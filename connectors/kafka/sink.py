@@ -9,10 +9,8 @@
   with the highest partition hint seen + 1.
 - Every delivery report is tied to its own record: each ``produce`` binds a callback to the
   record it sends (``functools.partial``), so a failed delivery names exactly that record, never
-  one found again by content. A success acknowledges the record to the runner
-  (``acknowledges_records``), which commits each source partition up to its first record still
-  in flight, so epochs end without draining the producer; ``flush`` serves the reports and waits
-  until librdkafka holds no message or the epoch's time is up (0 s at a non-draining epoch end).
+  one found again by content. The producer reports failures only (``delivery.report.only.error``);
+  ``flush`` waits until librdkafka holds no message or the epoch's time is up.
 - Failures are sorted as the runner needs them: transient ones (timeouts, transport, leader
   changes, a full queue, fatal producer states - see :func:`is_permanent`) are reported as
   :class:`~connect.errors.RetriableError` and re-sent; only errors that will never succeed for
@@ -66,9 +64,7 @@ PRODUCER_DEFAULTS = {
     "acks": "all",
     "linger.ms": 5,
     "partitioner": "murmur2_random",
-    # Every record's acknowledgement is tracked (the runner commits up to the records still in
-    # flight instead of draining at each epoch end), so success reports are needed too.
-    "delivery.report.only.error": False,
+    "delivery.report.only.error": True,
     "queue.buffering.max.messages": 200_000,
     # No delivery timeout: an outage delays records, it never fails them (Kafka Connect sets
     # delivery.timeout.ms=MAX for the same reason). Epochs stay bounded by the runner, not by this.
@@ -126,8 +122,6 @@ class KafkaSinkConnector(SinkConnector):
 
 
 class KafkaSinkTask(SinkTask):
-    acknowledges_records = True
-
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
         self._cfg = cfg
@@ -136,8 +130,6 @@ class KafkaSinkTask(SinkTask):
         self._fatal: KafkaError | None = None
         self._tainted = False  # a producer that saw a failed delivery is never pooled for reuse
         self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
-        self._conf["delivery.report.only.error"] = False  # acknowledgements are tracked: not optional
-        self._ack = context.acknowledge
         self._producer = POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
@@ -146,9 +138,8 @@ class KafkaSinkTask(SinkTask):
         self._warned_small: set[str] = set()
 
     def _on_delivery(self, record: ConnectRecord, err: KafkaError | None, msg) -> None:
-        """Bound to its record by ``partial`` at produce time; librdkafka calls it once per record."""
+        """Bound to its record by ``partial`` at produce time; librdkafka calls it on failure only."""
         if err is None:
-            self._ack(record)
             return
         self._tainted = True
         where = f"{msg.topic()}[{msg.partition()}]"
