@@ -1,4 +1,4 @@
-"""Session-scoped fixtures: real tansu brokers on free loopback ports and one SparkSession."""
+"""Session-scoped fixtures: real tansu brokers on free loopback ports and one Spark application."""
 
 from __future__ import annotations
 
