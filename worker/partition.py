@@ -200,10 +200,8 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
             try:
                 cached = _Cached(spec.generation, _build(spec, control), _idle_after_s(spec.policy))
             except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
-                return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
-                                   trace="".join(traceback.format_exception(exc)), pid=os.getpid(),
-                                   restarted=True, retriable=_transient_start_failure(exc), token=spec.token,
-                                   host=_HOST)
+                return _not_run(spec, started, "".join(traceback.format_exception(exc)),
+                                retriable=_transient_start_failure(exc))
             with _LOCK:
                 _RUNNERS[key] = cached
         try:
@@ -216,6 +214,12 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         if result.state == FAILED:
             _evict(key)
         return result
+
+
+def _not_run(spec: TaskPairSpec, started: float, trace: str, *, retriable: bool) -> EpochResult:
+    """FAILED result of an epoch whose pair never ran (it could not start, or its answer was lost)."""
+    return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(), trace=trace,
+                       pid=os.getpid(), restarted=True, retriable=retriable, token=spec.token, host=_HOST)
 
 
 def _transient_start_failure(exc: BaseException) -> bool:
@@ -278,9 +282,8 @@ def _delegate(home: ControlAddress, spec: TaskPairSpec, control: ControlAddress 
             raise ConnectionError(answer["error"])
         return pickle.loads(base64.b64decode(answer["ok"]))
     except (OSError, ValueError) as exc:
-        return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
-                           trace=f"the epoch delegated to {host}:{port} (the pair's home process) was lost: {exc}",
-                           pid=os.getpid(), restarted=True, retriable=True, token=spec.token, host=_HOST)
+        return _not_run(spec, started, f"the epoch delegated to {host}:{port} (the pair's home process) was lost: {exc}",
+                        retriable=True)
 
 
 def run_claimed_epoch(index: int, specs: list[TaskPairSpec], job: JobContext) -> EpochResult:
