@@ -204,6 +204,8 @@ class PipelineRuntime:
 
     def _record(self, result: EpochResult) -> None:
         task = self.tasks[result.task]
+        if task.last is not None and task.last.epoch == result.epoch - 1:
+            result.gap_s = result.started_at - task.last.ended_at
         task.last = result
         self.records_total += result.stats.get("records", 0)
         self.errors_total += result.stats.get("errors", 0)

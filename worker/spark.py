@@ -10,6 +10,7 @@ import itertools
 import os
 import sys
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -17,7 +18,7 @@ from connect.tasks.results import EpochResult
 from worker.control import ControlAddress
 from worker.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
 
-__all__ = ["build_spark", "SparkApp", "SparkExecutor", "default_master"]
+__all__ = ["build_spark", "start_spark", "SparkApp", "SparkExecutor", "default_master"]
 
 _PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -85,6 +86,17 @@ def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: st
     sc = SparkContext.getOrCreate(spark_conf)
     sc.setLogLevel(settings.get("spark.log.level", "WARN"))
     return SparkApp(sc)
+
+
+def start_spark(master: str, conf: Mapping[str, str] | None = None) -> Future:
+    """:func:`build_spark` in a thread of its own: the JVM's start (about 3 s) then overlaps what
+    the driver does meanwhile (starting connectors, checking and creating topics). PySpark
+    installs its SIGINT handler only from the main thread, so none is installed here."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="spark-start")
+    try:
+        return pool.submit(build_spark, master, conf)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def control_host(spark) -> str:
@@ -165,11 +177,21 @@ class SparkExecutor:
     """
 
     def __init__(self, spark):
-        self.spark = spark
-        self.sc = spark.sparkContext
+        """``spark``: a :class:`SparkApp`, or a future of one still starting (see :func:`start_spark`)."""
+        self._spark = spark
         self.claims = ClaimBook()
         self.control: ControlAddress | None = None
         self._jobs = itertools.count()
+
+    @property
+    def spark(self) -> SparkApp:
+        if isinstance(self._spark, Future):
+            self._spark = self._spark.result()
+        return self._spark
+
+    @property
+    def sc(self):
+        return self.spark.sparkContext
 
     def attach(self, server) -> None:
         """Serve claims on the driver's control channel."""

@@ -25,13 +25,20 @@ Guarantees the framework makes to a sink task:
   ``{}``) is called at the end of an epoch and whenever ``max.in.flight.records`` are
   unacknowledged. The offsets it returns are committed: only partitions whose every record put so
   far was acknowledged or reported may be in it.
+- *Asynchronous sinks* (which override ``checkpoint`` and ``wait_outcomes``) are never drained
+  at a commit point. ``checkpoint()`` marks every record put so far and returns a callable that
+  says, without blocking, whether each of those records has an outcome (acknowledged, or
+  reported as failed); ``wait_outcomes(timeout)`` serves outcomes (e.g. delivery reports) for at
+  most ``timeout`` seconds. The runner commits each source partition up to the last checkpoint
+  whose records all have outcomes, so an epoch ends without waiting for the records in flight:
+  they stay with the pair and are accounted in the next epoch. ``pre_commit`` is not called.
 - ``close(partitions)`` and ``stop()`` when the pair stops or is reconfigured.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from connect.records import ConnectRecord, SourceOffset, SourcePartition
 
@@ -90,6 +97,17 @@ class SinkTask:
     def pre_commit(self, offsets: Mapping[str, SourceOffset]) -> Mapping[str, SourceOffset]:
         """The offsets safe to commit: all of them after a complete flush, none otherwise."""
         return {} if self.flush(offsets) is False else offsets
+
+    def checkpoint(self) -> Callable[[], bool] | None:
+        """Asynchronous sinks: mark every record put so far; return a callable, cheap and never
+        blocking, that is True once each of them was acknowledged or reported as failed.
+        ``None`` (the default): a synchronous sink, flushed at every commit point."""
+        return None
+
+    def wait_outcomes(self, timeout: float) -> None:
+        """Asynchronous sinks: serve acknowledgements and failure reports for at most ``timeout``
+        seconds (0: only those already there), returning early once some were served."""
+        time.sleep(timeout)
 
     def close(self, partitions: Sequence[SourcePartition]) -> None:
         """These source partitions will send no more records to this task instance."""

@@ -23,7 +23,8 @@ class EpochStats:
     customer_handled: int = 0  # failed records the source task handled (customer_failed_msgs)
     dead_lettered: int = 0  # failed records written to the dead-letter topic
     skipped: int = 0  # failed records skipped by errors.tolerance=all
-    flushes: int = 0
+    flushes: int = 0  # commit points
+    in_flight: int = 0  # records put (or waiting to be re-sent) not yet acknowledged when the epoch ended
     latency_ms_max: float = 0.0  # record age (now - record timestamp) when put, worst seen
     latency_ms_sum: float = 0.0
     latency_samples: int = 0
@@ -72,6 +73,10 @@ class EpochResult:
     retriable: bool = False  # FAILED by transient trouble (retries exhausted, cannot start): restart with backoff
     token: str = ""  # the driver's fencing token of the attempt that produced this result
     host: str = ""  # where it ran (hostname), with ``pid``
+    # Set by the driver: seconds from the end of this pair's previous epoch to the start of this
+    # one (results returned, offsets persisted, next job scheduled, runner reached). Wall clocks
+    # of the executors' hosts; None for a pair's first epoch.
+    gap_s: float | None = None
 
     @property
     def duration(self) -> float:

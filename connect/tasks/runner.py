@@ -13,12 +13,21 @@ full queue) is never skipped: the record is re-sent in order, with backoff, and 
 offset stays where it was until the re-sent record is acknowledged. When something fails that
 nothing accepts, the partitions it touched keep their previous offsets and the epoch ends FAILED.
 
+Commit points and checkpoints: the records put between two commit points form a *generation*.
+A synchronous sink is flushed at each commit point (every generation completes at once, or none
+does). An asynchronous sink (``SinkTask.checkpoint``, e.g. Kafka's) is never drained: each
+commit point closes a generation with a checkpoint, and a source partition's offset moves to
+where it stood at the last checkpoint whose records - and every earlier one's - all have
+outcomes. Backpressure waits for the oldest generation, not for all of them.
+
 Bounded epochs: polling stops at ``epoch_max_ms`` (or at once when the worker asks to stop);
-the final flush and failure handling get ``epoch_grace_ms`` more. Every wait (poll, a full
-producer queue, flush, retry backoff) is cut at that bound. What was not acknowledged by then
-stays with this runner - in the sink's client, or queued for re-sending - and is accounted in
-the next epoch; a runner that is not reused (the pair moved, the process died) leaves those
-records to be replayed from the committed offsets.
+failure handling gets ``epoch_grace_ms`` more. Every wait (poll, a full producer queue, flush,
+retry backoff) is cut at that bound. An epoch of an asynchronous sink returns the offsets
+acknowledged so far and does not wait for the records in flight; a stop drains them within the
+grace. What was not acknowledged by the end of an epoch stays with this runner - in the sink's
+client, or queued for re-sending - and is accounted in the next epoch; a runner that is not
+reused (the pair moved, the process died) leaves those records to be replayed from the
+committed offsets.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import os
 import socket
 import time
 import traceback
+from collections import Counter, deque
 from typing import Any, Callable, Mapping
 
 from connect.converters import BytesConverter, converter_for
@@ -83,6 +93,20 @@ class _SideConverters:
                            r.partition)
 
 
+class _Generation:
+    """Records put between two commit points: where their partitions stood, and whether each has an outcome."""
+
+    __slots__ = ("seq", "done", "offsets", "records", "size")
+
+    def __init__(self, seq: int, done: Callable[[], bool] | None, offsets: dict[str, dict[str, Any]],
+                 records: list[ConnectRecord] | None, size: int):
+        self.seq = seq
+        self.done = done  # None: a synchronous sink, completed by a flush
+        self.offsets = offsets  # partition key -> offset of its last record polled in this generation
+        self.records = records  # records put (only for sources that want commit_record)
+        self.size = size
+
+
 class TaskPairRunner:
     """Owns a started source task and sink task; ``run_epoch`` moves records between them.
 
@@ -114,13 +138,22 @@ class TaskPairRunner:
         self._failed = False
         self._start_offsets_due = True
         self._returned_offsets = False
+        self._async = type(sink).checkpoint is not SinkTask.checkpoint
+        self._checkpoint_every = max(policy.max_in_flight_records // 4, 1)
         # -- carried across epochs --
-        self._pending: dict[int, ConnectRecord] = {}  # id(source_partition) -> last record put, not committed
-        self._unflushed = 0  # records put since the last complete flush
-        self._unacked: list[ConnectRecord] | None = [] if self._wants_commit_record else None
+        self._polled: dict[int, ConnectRecord] = {}  # id(source_partition) -> last record polled, this generation
+        self._put = 0  # records put in this generation
+        self._records: list[ConnectRecord] | None = [] if self._wants_commit_record else None  # put, this generation
+        self._generations: deque[_Generation] = deque()  # closed, not yet complete, oldest first
+        self._seq = 0  # sequence number of the open generation
+        self._done_seq = -1  # every generation up to this one is complete
+        self._in_flight = 0  # records put and not yet in a complete generation
+        self._ready: dict[str, dict[str, Any]] = {}  # offsets of complete generations, partition still blocked
+        self._held: list[ConnectRecord] = []  # complete, waiting for commit_record (partition blocked)
+        self._failed_ids: Counter[int] = Counter()  # reported failures, matched to records for commit_record
         self._resend: list[ConnectRecord] = []  # transient failures, in order, waiting to be re-sent
         self._resend_at = 0.0
-        self._awaiting: set[str] = set()  # partition keys of re-sent records not yet acknowledged
+        self._awaiting: dict[str, int] = {}  # partition key of a re-sent record -> generation it went out in
         self._permanent: list[tuple[ConnectRecord, BaseException]] = []  # not yet resolved (DLQ busy)
         self._conversion_failures: list[tuple[ConnectRecord, BaseException]] = []
         self._deadline = float("inf")
@@ -173,18 +206,23 @@ class TaskPairRunner:
                 self._move(max_records, committed, handler, stats)
             except EpochOver:
                 pass
-            # The final flush and failure handling get the grace period, from the deadline or
-            # from now if the epoch ended early (stop signal, record count).
+            # The final commit point and failure handling get the grace period, from the deadline
+            # or from now if the epoch ended early (stop signal, record count).
             self._set_deadline(min(end_polling, time.monotonic()) + p.epoch_grace_ms / 1000)
+            # An asynchronous sink's records in flight stay with the pair (next epoch), unless it stops.
+            # (A synchronous sink was flushed by the commit point already.)
+            drain = self._async and self._stop_requested()
             try:
                 self._resend_due(stats)
                 self._commit_point(committed, handler, stats)
-                while self._resend:  # a transient blip: re-send within the grace period if it allows
-                    self._retry.wait(max(self._resend_at - time.monotonic(), 0.0), self._time_left)
+                while self._resend or (drain and self._generations):
+                    # A transient blip is re-sent within the grace period if it allows; a stop drains.
+                    self._await_progress()
                     self._resend_due(stats)
                     self._commit_point(committed, handler, stats)
             except EpochOver:
                 pass
+            stats.in_flight = self._in_flight + len(self._resend)
             self._returned_offsets = bool(committed)
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
             self._failed = True
@@ -220,10 +258,11 @@ class TaskPairRunner:
     def _move(self, max_records: int, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
         """Poll and put until the epoch's time or record budget is spent, or a stop is requested."""
         max_in_flight = self.policy.max_in_flight_records
+        checkpoint_every = self._checkpoint_every if self._async else max_in_flight
         convert = None if self._converters.identity else self._converters.convert
         conversion_failures = self._conversion_failures
         retry, time_left = self._retry, self._time_left
-        pending, unacked = self._pending, self._unacked
+        polled = self._polled
         while stats.records < max_records:
             if self._stop_requested():
                 self._set_deadline(time.monotonic())
@@ -234,21 +273,24 @@ class TaskPairRunner:
                 # Records waiting to be re-sent go out before anything new (order is kept).
                 self._resend_due(stats)
                 if self._resend:
-                    retry.wait(max(self._resend_at - time.monotonic(), 0.0), time_left)
+                    self._await_progress()
                     continue
-            if self._unflushed + len(self._resend) >= max_in_flight:
+            if self._in_flight + len(self._resend) >= max_in_flight:
                 self._commit_point(committed, handler, stats)
-                if self._unflushed + len(self._resend) >= max_in_flight:
-                    # Still nothing acknowledged (an outage): wait for the next re-send, not a spin.
-                    retry.wait(max(min(self._resend_at - time.monotonic(), 0.1), 0.01), time_left)
+                if self._in_flight + len(self._resend) >= max_in_flight:
+                    # Still too much unacknowledged: wait for the oldest generation (an outage:
+                    # for the next re-send), not a spin.
+                    self._await_progress()
                 continue
+            if self._put >= checkpoint_every:
+                self._commit_point(committed, handler, stats)
             batch = retry.call("source poll", self.source.poll, time_left)
             if not batch:
                 continue
             # Last record per source partition; offsets follow what was polled, converted or
             # not: a record that failed conversion advances its partition only once resolved.
             last = {id(r.source_partition): r for r in batch}
-            pending.update(last)
+            polled.update(last)
             if last.keys() - self._opened_ids.keys():
                 self._open_new_partitions(last)
             if convert is not None:
@@ -258,23 +300,41 @@ class TaskPairRunner:
             try:
                 retry.call("sink put", lambda b=batch: self.sink.put(b), time_left)
             except EpochOver:
-                # The sink did not take the batch in time, and its offsets are pending already:
-                # it goes out first next time (a commit point must never pass records not sent).
+                # The sink did not take the batch in time, and its offsets are in this generation
+                # already: it goes out first next time (no commit point passes records not sent).
                 self._defer(batch, stats)
                 raise
             try:  # payload bytes, at C speed when every key and value is bytes or None
                 size = sum(map(len, filter(None, map(_VALUE, batch)))) + sum(map(len, filter(None, map(_KEY, batch))))
             except TypeError:
                 size = _payload_bytes(batch)
-            if unacked is not None:
-                unacked.extend(batch)
-            n = len(batch)
-            stats.records += n
+            self._sent(batch)
+            stats.records += len(batch)
             stats.bytes += size
             last_ts = batch[-1].timestamp
             if last_ts:
                 stats.observe_latency(time.time() * 1000 - last_ts)
-            self._unflushed += n
+
+    def _sent(self, batch: list[ConnectRecord]) -> None:
+        n = len(batch)
+        self._put += n
+        self._in_flight += n
+        if self._records is not None:
+            self._records.extend(batch)
+
+    def _await_progress(self) -> None:
+        """Wait for something to change: the next re-send's backoff, or (asynchronous sink) an
+        outcome of the records in flight. Raises EpochOver when the epoch's time is up."""
+        left = self._time_left()
+        if left <= 0:
+            raise EpochOver
+        if not self._async or (self._resend and not self._generations):
+            self._retry.wait(max(self._resend_at - time.monotonic(), 0.0), self._time_left)
+            return
+        wait = min(left, 0.1)
+        if self._resend:
+            wait = min(wait, max(self._resend_at - time.monotonic(), 0.0))
+        self.sink.wait_outcomes(wait)
 
     def _convert(self, batch, convert, failures: list, stats: EpochStats) -> list[ConnectRecord]:
         out = []
@@ -320,7 +380,6 @@ class TaskPairRunner:
         if not self._resend or time.monotonic() < self._resend_at:
             return
         batch, self._resend = self._resend, []
-        self._awaiting.update(partition_key(r.source_partition) for r in batch)
         stats.retries += len(batch)
         try:
             self.sink.put(batch)
@@ -328,9 +387,9 @@ class TaskPairRunner:
             self._resend[:0] = batch
             self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, exc)
             return
-        self._unflushed += len(batch)
-        if self._unacked is not None:
-            self._unacked.extend(batch)
+        seq = self._seq  # acknowledged once this generation is complete
+        self._awaiting.update((partition_key(r.source_partition), seq) for r in batch)
+        self._sent(batch)
 
     def _defer(self, batch: list[ConnectRecord], stats: EpochStats) -> None:
         """Records polled but not taken by the sink: queued, in order, to be put before anything new."""
@@ -348,39 +407,81 @@ class TaskPairRunner:
         self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, transient[0][1])
 
     # -- commit points -------------------------------------------------------------------------
-    def _commit_point(self, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
-        """Flush the sink, sort out failed records, and move ``committed`` forward where allowed."""
-        pending = self._pending
-        ids = {ident: partition_key(r.source_partition) for ident, r in pending.items()}
-        offsets = {ids[ident]: dict(r.source_offset) for ident, r in pending.items()}
-        stats.flushes += 1
+    def _close_generation(self) -> None:
+        """Close the open generation: a checkpoint of the asynchronous sink marks its records."""
+        if not self._put and not self._polled:
+            return
+        done = self.sink.checkpoint() if self._async else None
+        offsets = {partition_key(r.source_partition): r.source_offset for r in self._polled.values()}
+        records = None
+        if self._records is not None:
+            records, self._records = self._records, []
+        self._generations.append(_Generation(self._seq, done, offsets, records, self._put))
+        self._seq += 1
+        self._polled.clear()  # in place: _move holds it
+        self._put = 0
+
+    def _complete_generations(self) -> list[_Generation]:
+        """Pop the generations whose records (and every earlier one's) all have outcomes."""
+        gens = self._generations
+        if self._async:
+            self.sink.wait_outcomes(0)
+            complete = []
+            while gens and gens[0].done():
+                complete.append(gens.popleft())
+            return complete
+        offsets: dict[str, Any] = {}
+        for g in gens:
+            offsets.update(g.offsets)
+        offsets = {k: dict(v) for k, v in offsets.items()}
         safe = self._retry.call("sink flush", lambda: self.sink.pre_commit(offsets), self._time_left)
-        complete = all(k in safe for k in offsets)
+        if all(k in safe for k in offsets):
+            complete = list(gens)
+            gens.clear()
+            return complete
+        # A partial answer: the partitions named are done up to the offsets given.
+        for key in offsets.keys() & safe.keys():
+            self._ready[key] = dict(safe[key])
+            for g in gens:
+                g.offsets.pop(key, None)
+        return []
+
+    def _commit_point(self, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
+        """Close the generation, see which ones completed, sort out failed records, and move
+        ``committed`` forward where allowed."""
+        self._close_generation()
+        stats.flushes += 1
+        complete = self._complete_generations()
+        # Every failure of a complete generation was reported before it completed: take them now.
         failures = self._reporter.take()
+        if self._records is not None and failures:
+            self._failed_ids.update(id(r) for r, _ in failures)
         transient = [f for f in failures if isinstance(f[1], RetriableError)]
         if transient:
             self._queue_resend(transient, stats)
         new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._conversion_failures
         self._conversion_failures = []
         stats.errors += len(new_permanent)
-        failed_now = {partition_key(r.source_partition) for r, _ in transient}
-        self._awaiting = {k for k in self._awaiting if k not in safe or k in failed_now}
+        for g in complete:
+            self._ready.update(g.offsets)
+            self._in_flight -= g.size
+            self._done_seq = g.seq
+            if g.records:
+                self._held.extend(g.records)
+        if self._awaiting:  # a re-sent record is acknowledged once its generation is complete
+            self._awaiting = {k: seq for k, seq in self._awaiting.items() if seq > self._done_seq}
         if not self._resend and not self._awaiting and self._retry.failing(_DELIVERY):
             self._retry.succeeded(_DELIVERY)
         unresolved = self._resolve_permanent(new_permanent, handler, stats)
-        blocked = {partition_key(r.source_partition) for r in self._resend} | self._awaiting
+        blocked = {partition_key(r.source_partition) for r in self._resend}
+        blocked.update(self._awaiting)
         blocked.update(partition_key(r.source_partition) for r, _ in self._permanent)
         blocked.update(partition_key(r.source_partition) for r, _ in unresolved)
-        released = set()
-        for ident, key in ids.items():
-            if key in safe and key not in blocked:
-                committed[key] = safe[key]
-                released.add(ident)
-                del pending[ident]
-        if complete:
-            self._unflushed = 0
-        if self._unacked:
-            self._commit_records(failures, released, ids)
+        ready = self._ready
+        for key in [k for k in ready if k not in blocked]:
+            committed[key] = dict(ready.pop(key))
+        if self._held:
+            self._commit_records(blocked)
         gc.collect(1)
         if unresolved:
             record, error = unresolved[0]
@@ -404,20 +505,28 @@ class TaskPairRunner:
             self._permanent = todo
             return []
 
-    def _commit_records(self, failures: list, released: set[int], ids: dict[int, str]) -> None:
-        """``SourceTask.commit_record`` for each acknowledged record of a released partition."""
-        failed_ids = {id(r) for r, _ in failures}
-        released_keys = {ids[i] for i in released}
+    def _commit_records(self, blocked: set[str]) -> None:
+        """``SourceTask.commit_record`` for each acknowledged record of a complete generation
+        whose partition is not blocked; a record reported as failed is not acknowledged (its
+        re-sent copy may be, later)."""
+        failed = self._failed_ids
+        keys: dict[int, str] = {}
         keep = []
-        for r in self._unacked:
-            if id(r) in failed_ids:
+        for r in self._held:
+            if failed and failed.get(id(r)):
+                failed[id(r)] -= 1
+                if not failed[id(r)]:
+                    del failed[id(r)]
                 continue
-            ident = id(r.source_partition)
-            if ident in released or (ident not in ids and partition_key(r.source_partition) in released_keys):
-                self.source.commit_record(r, None)
-            else:
+            sp = r.source_partition
+            key = keys.get(id(sp))
+            if key is None:
+                key = keys[id(sp)] = partition_key(sp)
+            if key in blocked:
                 keep.append(r)
-        self._unacked[:] = keep
+            else:
+                self.source.commit_record(r, None)
+        self._held = keep
 
     # -- lifecycle -----------------------------------------------------------------------------
     def stop(self) -> None:

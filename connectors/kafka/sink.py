@@ -9,8 +9,11 @@
   with the highest partition hint seen + 1.
 - Every delivery report is tied to its own record: each ``produce`` binds a callback to the
   record it sends (``functools.partial``), so a failed delivery names exactly that record, never
-  one found again by content. The producer reports failures only (``delivery.report.only.error``);
-  ``flush`` waits until librdkafka holds no message or the epoch's time is up.
+  one found again by content, and to the *checkpoint* it was put after (an asynchronous sink,
+  see :mod:`connect.sink`): every report, success or failure, counts its checkpoint's records
+  down, so the runner commits up to the last checkpoint with nothing in flight, and an epoch
+  ends without draining the producer. ``flush`` (final drains, the dead-letter topic) waits
+  until librdkafka holds no message or the epoch's time is up.
 - Failures are sorted as the runner needs them: transient ones (timeouts, transport, leader
   changes, a full queue, fatal producer states - see :func:`is_permanent`) are reported as
   :class:`~connect.errors.RetriableError` and re-sent; only errors that will never succeed for
@@ -64,7 +67,8 @@ PRODUCER_DEFAULTS = {
     "acks": "all",
     "linger.ms": 5,
     "partitioner": "murmur2_random",
-    "delivery.report.only.error": True,
+    # Success reports too: they count checkpoints down (measured: about 0.2 us per record).
+    "delivery.report.only.error": False,
     "queue.buffering.max.messages": 200_000,
     # No delivery timeout: an outage delays records, it never fails them (Kafka Connect sets
     # delivery.timeout.ms=MAX for the same reason). Epochs stay bounded by the runner, not by this.
@@ -95,6 +99,18 @@ def is_permanent(err: KafkaError) -> bool:
 class DeliveryError(ConnectError):
     """The target refused one record for good (too large, invalid, not authorized)."""
 
+
+
+class _Outstanding:
+    """Records put after one checkpoint and not yet reported on (success or failure)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = 0
+
+    def done(self) -> bool:
+        return self.left <= 0
 
 
 class KafkaSinkConnector(SinkConnector):
@@ -130,6 +146,8 @@ class KafkaSinkTask(SinkTask):
         self._fatal: KafkaError | None = None
         self._tainted = False  # a producer that saw a failed delivery is never pooled for reuse
         self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
+        self._conf["delivery.report.only.error"] = False  # checkpoints count every outcome
+        self._gen = _Outstanding()
         self._producer = POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
@@ -137,10 +155,16 @@ class KafkaSinkTask(SinkTask):
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partitions)
         self._warned_small: set[str] = set()
 
-    def _on_delivery(self, record: ConnectRecord, err: KafkaError | None, msg) -> None:
-        """Bound to its record by ``partial`` at produce time; librdkafka calls it on failure only."""
+    def _on_delivery(self, record: ConnectRecord, gen: _Outstanding, err: KafkaError | None, msg) -> None:
+        """Bound to its record and checkpoint by ``partial`` at produce time; librdkafka calls it
+        once per record. A failure is reported before its checkpoint counts it."""
         if err is None:
+            gen.left -= 1
             return
+        self._report_delivery(record, err, msg)
+        gen.left -= 1
+
+    def _report_delivery(self, record: ConnectRecord, err: KafkaError, msg) -> None:
         self._tainted = True
         where = f"{msg.topic()}[{msg.partition()}]"
         if err.fatal() or err.code() in _BROKEN_PRODUCER:
@@ -166,49 +190,58 @@ class KafkaSinkTask(SinkTask):
         produce = self._producer.produce
         targets = self._targets
         preserve = self._cfg["partition.preserve"]
+        gen = self._gen
         on_delivery = self._on_delivery
-        for i, r in enumerate(records):
-            target = targets.get(r.topic)
-            if target is None:
+        sent = 0  # handed to the producer: each one's report counts its checkpoint down
+        try:
+            for i, r in enumerate(records):
+                target = targets.get(r.topic)
+                if target is None:
+                    try:
+                        target = self._target(r.topic, records)
+                    except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
+                        self._report_transient(records[i:], exc)
+                        break
+                topic, count = target
+                part = r.partition
+                if part is None or not preserve:
+                    part = -1
+                elif part >= count:
+                    self._warn_fewer_partitions(topic, count)
+                    part = -1
+                headers = r.headers
+                if headers is not None and headers.__class__ is not list:
+                    headers = list(headers)
                 try:
-                    target = self._target(r.topic, records)
-                except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
-                    self._report_transient(records[i:], exc)
-                    break
-            topic, count = target
-            part = r.partition
-            if part is None or not preserve:
-                part = -1
-            elif part >= count:
-                self._warn_fewer_partitions(topic, count)
-                part = -1
-            headers = r.headers
-            if headers is not None and headers.__class__ is not list:
-                headers = list(headers)
-            try:
-                produce(topic, r.value, r.key, partition=part, on_delivery=partial(on_delivery, r),
-                        timestamp=r.timestamp or 0, headers=headers)
-            except BufferError:  # queue full: wait for room until the epoch's time is up
-                if not self._produce_when_room(topic, r, part, headers):
-                    self._report_transient(records[i:], RetriableError(
-                        f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
-                        f"{len(records) - i} record(s) not sent yet"))
-                    break
-            except (KafkaException, TypeError, ValueError) as exc:
-                self._produce_odd(topic, r, part, headers, exc)
+                    produce(topic, r.value, r.key, partition=part, on_delivery=partial(on_delivery, r, gen),
+                            timestamp=r.timestamp or 0, headers=headers)
+                    sent += 1
+                except BufferError:  # queue full: wait for room until the epoch's time is up
+                    if not self._produce_when_room(topic, r, part, headers, gen):
+                        self._report_transient(records[i:], RetriableError(
+                            f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                            f"{len(records) - i} record(s) not sent yet"))
+                        break
+                    sent += 1
+                except (KafkaException, TypeError, ValueError) as exc:
+                    sent += self._produce_odd(topic, r, part, headers, exc, gen)
+        finally:
+            gen.left += sent
         self._producer.poll(0)
 
-    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception) -> None:
+    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, gen: _Outstanding
+                     ) -> bool:
         """The rare paths: bytes-like payloads librdkafka does not take as they are, or a record
-        refused before sending (larger than message.max.bytes, a payload that is no bytes)."""
+        refused before sending (larger than message.max.bytes, a payload that is no bytes).
+        True if the record was handed to the producer after all."""
         key, value = r.key, r.value
         if isinstance(key, (bytearray, memoryview)) or isinstance(value, (bytearray, memoryview)):
             key = bytes(key) if isinstance(key, (bytearray, memoryview)) else key
             value = bytes(value) if isinstance(value, (bytearray, memoryview)) else value
             try:
-                self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r),
+                self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r, gen),
                                        timestamp=r.timestamp or 0, headers=headers)
-                return
+                return True
             except (KafkaException, TypeError, ValueError) as again:
                 exc = again
         if isinstance(exc, KafkaException):
@@ -220,13 +253,14 @@ class KafkaSinkTask(SinkTask):
             error = DeliveryError(f"record {r.position()} cannot be produced: {exc} "
                                   "(keys and values must be bytes, str or None: set the sink's key/value.converter)")
         self.context.errant_record_reporter.report(r, error)
+        return False
 
-    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers) -> bool:
+    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, gen: _Outstanding) -> bool:
         while True:
             left = self.context.time_left()
             self._producer.poll(min(0.05, left))
             try:
-                self._producer.produce(topic, r.value, r.key, partition=part, on_delivery=partial(self._on_delivery, r),
+                self._producer.produce(topic, r.value, r.key, partition=part, on_delivery=partial(self._on_delivery, r, gen),
                                        timestamp=r.timestamp or 0, headers=headers)
                 return True
             except BufferError:
@@ -244,6 +278,21 @@ class KafkaSinkTask(SinkTask):
             self._warned_small.add(topic)
             log.warning("target topic %s has %d partition(s), fewer than the source; "
                         "records beyond them are partitioned by key", topic, count)
+
+    def checkpoint(self):
+        gen, self._gen = self._gen, _Outstanding()
+        return gen.done
+
+    def wait_outcomes(self, timeout: float) -> None:
+        if self._fatal is not None:  # its queue was failed back as transient errors: start afresh
+            self._replace_producer()
+        try:
+            self._producer.poll(timeout)
+        except (KafkaException, SystemError) as exc:
+            self._tainted = True
+            raise RetriableError(f"producer failed: {exc}") from exc
+        if self._fatal is not None:
+            self._replace_producer()
 
     def flush(self, offsets) -> bool:
         """Wait for every acknowledgement, at most ``context.time_left()``; False if time ran out."""

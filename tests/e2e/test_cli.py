@@ -89,7 +89,9 @@ def test_kill_9_mid_stream_then_restart_loses_nothing(kafka_pair, tmp_path, uniq
     values = [m.value() for m in mirrored]
     assert set(values) == {f"value-{i}".encode() for i in range(n)}  # 0 lost
     duplicates = len(values) - n
-    assert duplicates <= tasks * per_epoch, f"{duplicates} duplicates exceed one epoch"
+    # Epochs end without draining: what was acknowledged after an epoch ended is committed at the
+    # next one, so a crash replays at most two epochs per pair.
+    assert duplicates <= 2 * tasks * per_epoch, f"{duplicates} duplicates exceed two epochs"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

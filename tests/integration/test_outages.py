@@ -262,3 +262,52 @@ def test_stopped_during_the_outage_then_restarted_loses_nothing(kafka_pair, prox
     assert not missing, f"{len(missing)} records lost"
     print(f"{how} during the outage: exit {first.returncode} after {elapsed:.1f} s with {during} committed; "
           f"restart mirrored the rest, {len(got) - 2 * n} duplicates")
+
+
+def test_kafka_sink_checkpoints_complete_only_when_every_record_before_them_is_acknowledged(
+        proxied_target, unique):
+    """The asynchronous sink over the wire: a checkpoint taken while the target is blackholed
+    stays incomplete (its records are in flight, not lost); once traffic flows it completes, and
+    every record of it is on the target."""
+    from connect.records import ConnectRecord
+    from connect.sink import SinkTaskContext
+    from connectors.kafka.sink import KafkaSinkTask
+
+    broker, proxy = proxied_target
+    topic = f"cp-{unique}"
+    create_topic(broker.bootstrap, topic, 2)
+    config = {"bootstrap.servers": broker.bootstrap, "topic": topic}
+    sink = KafkaSinkTask()
+    sink.context = SinkTaskContext("cp-0", config)
+    sink.start(config, sink.context)
+    sink.context.deadline = time.monotonic() + 60
+    sp = [{"topic": "s", "partition": p} for p in (0, 1)]
+
+    def records(start, n):
+        return [ConnectRecord("s", str(i).encode(), f"v-{i}".encode(), None, 0, sp[i % 2], {"offset": i}, i % 2)
+                for i in range(start, start + n)]
+
+    try:
+        sink.put(records(0, 500))
+        first = sink.checkpoint()
+        deadline = time.monotonic() + 20
+        while not first() and time.monotonic() < deadline:
+            sink.wait_outcomes(0.1)
+        assert first(), "the first checkpoint never completed with the target up"
+        proxy.blackhole()
+        sink.put(records(500, 500))
+        second = sink.checkpoint()
+        for _ in range(20):  # 2 s of serving outcomes: none can arrive
+            sink.wait_outcomes(0.1)
+        assert not second(), "a checkpoint completed while its records could not have been acknowledged"
+        proxy.restore()
+        deadline = time.monotonic() + 60
+        while not second() and time.monotonic() < deadline:
+            sink.wait_outcomes(0.1)
+        assert second(), "the checkpoint did not complete after the target came back"
+        assert sink.context.errant_record_reporter.take() == []
+    finally:
+        proxy.restore()
+        sink.stop()
+    got = consume_all(broker.bootstrap, topic, [0, 1], 1000)
+    assert _values(got) == set(range(1000))
