@@ -7,8 +7,8 @@ topic (2 partitions), so the ratios compare like with like:
   delivery reports checked), timed from client creation to the final flush;
 - framework, 1 task and 2 tasks: one epoch of the pipeline through the Spark driver, then a stop
   (which drains what is in flight), timed from job submission until the driver has the committed
-  offsets (task start, drain and Spark job overhead included). The Spark session and its Python workers are started, and the one-time
-  epoch that persists start positions has run, before timing.
+  offsets (task start, drain and Spark job overhead included). The Spark session and its Python
+  workers are started, and the one-time epoch that persists start positions has run, before timing.
 
 Usage: python bench/kafka_mirror.py [--records 200000] [--rounds 2] [--value-size 100]
 """
