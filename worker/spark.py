@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from connect.tasks.results import EpochResult
+from worker.classarchive import ClassArchive
 from worker.control import ControlAddress
 from worker.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
 
@@ -30,6 +31,9 @@ SPARK_DEFAULTS = {
     "spark.speculation": "false",  # a second attempt of a pair must never run beside the first
     "spark.scheduler.mode": "FAIR",  # each connector's jobs in their own pool: independent epochs
     "spark.sql.shuffle.partitions": "1",
+    # Python workers import PySpark from the environment, with its cached bytecode, not from the
+    # zip Spark puts first on their path (see worker.pydaemon): 1.0 s off the first job.
+    "spark.python.daemon.module": "worker.pydaemon",
 }
 
 
@@ -49,11 +53,35 @@ class SparkApp:
     is needed: no SparkSession, whose SQL side took 2.5 of the ~6 s Spark start (measured with
     cProfile on `connect run`)."""
 
-    def __init__(self, sc):
+    def __init__(self, sc, archive: ClassArchive | None = None):
         self.sparkContext = sc
+        self._archive = archive
 
     def stop(self) -> None:
         self.sparkContext.stop()
+        if self._archive is not None and self._archive.recording:
+            self._archive.publish(_end_gateway_jvm())
+
+
+def _end_gateway_jvm(timeout_s: float = 120.0) -> int | None:
+    """Ends the driver JVM now, as the driver's own exit would (it exits when its stdin closes),
+    and waits for it: a JVM recording a class archive writes it as it exits. Its exit code."""
+    from pyspark import SparkContext
+
+    gateway, SparkContext._gateway, SparkContext._jvm = SparkContext._gateway, None, None
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # noqa: BLE001 - the JVM exits below either way
+        pass
+    if proc is None:
+        return None
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        return proc.wait(timeout_s)
+    except Exception:  # noqa: BLE001 - a JVM that does not exit in time: its archive is not taken
+        return None
 
 
 def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: str = "connect") -> SparkApp:
@@ -77,15 +105,25 @@ def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: st
     if master.startswith("local"):
         settings["spark.driver.extraJavaOptions"] = LOCAL_DRIVER_JAVA_OPTIONS
     settings.update(conf or {})
+    archive = ClassArchive.for_this_install() if SparkContext._gateway is None else None
+    options = archive.java_options() if archive is not None else ""
+    if options:
+        extra = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{extra} {options}".strip()
     spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
     for key, value in settings.items():
         spark_conf.set(key, value)
-    if SparkContext._gateway is None:
-        SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
-        SparkContext._jvm = SparkContext._gateway.jvm
-    sc = SparkContext.getOrCreate(spark_conf)
+    try:
+        if SparkContext._gateway is None:
+            SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+            SparkContext._jvm = SparkContext._gateway.jvm
+        sc = SparkContext.getOrCreate(spark_conf)
+    except BaseException:
+        if archive is not None:
+            archive.publish(None)  # gives up its recording (and the lock), if it had one
+        raise
     sc.setLogLevel(settings.get("spark.log.level", "WARN"))
-    return SparkApp(sc)
+    return SparkApp(sc, archive)
 
 
 def start_spark(master: str, conf: Mapping[str, str] | None = None) -> Future:
