@@ -74,7 +74,7 @@ def main() -> None:
         recording = run("aids", cache)  # records the class archive as its JVM exits
         print(f"recording run (not counted): stop took {recording['stop']:.2f} s")
         results: dict[str, list[dict]] = {"stock": [], "aids": []}
-        for rnd in range(args.rounds):
+        for _ in range(args.rounds):
             for variant in results:  # interleaved, so drift hits both alike
                 results[variant].append(run(variant, cache))
         for variant, runs in results.items():

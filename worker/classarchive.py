@@ -1,9 +1,9 @@
 """A class-data-sharing archive of the Spark driver JVM's classes (Java's dynamic AppCDS).
 
-The driver JVM loads some ten thousand classes from Spark's jars before the first epoch runs, and
-with no archive it spends most of its start-up doing so. Measured on this project's machine
-(2 cores, Java 17, local mode, `python /tmp/st.py`-style timing of ``build_spark`` and a first
-trivial job): gateway 2.1 s -> 1.3 s, SparkContext 1.5 s -> 0.7 s, first job 1.8 s -> 1.4 s.
+The driver JVM loads thousands of classes from Spark's jars before the first epoch runs, and with
+no archive it spends most of its start-up doing so. Measured on this project's machine (2 cores,
+Java 17, local mode, ``python bench/startup.py``): JVM gateway 1.98 s -> 1.19 s, SparkContext
+1.29 s -> 0.55 s (medians of 3 fresh processes).
 
 The first run of an installation records the archive as its JVM exits
 (``-XX:ArchiveClassesAtExit``, ~70 MB, a few seconds at exit); later runs map it
