@@ -77,17 +77,15 @@ def main() -> None:
         for _ in range(args.rounds):
             for variant in results:  # interleaved, so drift hits both alike
                 results[variant].append(run(variant, cache))
+        to_job = {variant: statistics.median(r["gateway"] + r["context"] + r["first_job"] for r in runs)
+                  for variant, runs in results.items()}
         for variant, runs in results.items():
             cells = []
             for phase in PHASES:
                 values = [r[phase] for r in runs]
                 cells.append(f"{phase} {statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
-            to_job = statistics.median(r["gateway"] + r["context"] + r["first_job"] for r in runs)
-            print(f"{variant:<6} launch->first job done {to_job:.2f} s | " + " | ".join(cells))
-        stock = statistics.median(r["gateway"] + r["context"] + r["first_job"] for r in results["stock"])
-        aids = statistics.median(r["gateway"] + r["context"] + r["first_job"] for r in results["aids"])
-        print(f"aids / stock, launch -> first job done: {aids / stock:.2f}")
-
+            print(f"{variant:<6} launch->first job done {to_job[variant]:.2f} s | " + " | ".join(cells))
+        print(f"aids / stock, launch -> first job done: {to_job['aids'] / to_job['stock']:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -158,10 +158,8 @@ class KafkaSinkTask(SinkTask):
     def _on_delivery(self, record: ConnectRecord, gen: _Outstanding, err: KafkaError | None, msg) -> None:
         """Bound to its record and checkpoint by ``partial`` at produce time; librdkafka calls it
         once per record. A failure is reported before its checkpoint counts it."""
-        if err is None:
-            gen.left -= 1
-            return
-        self._report_delivery(record, err, msg)
+        if err is not None:
+            self._report_delivery(record, err, msg)
         gen.left -= 1
 
     def _report_delivery(self, record: ConnectRecord, err: KafkaError, msg) -> None:
@@ -239,8 +237,7 @@ class KafkaSinkTask(SinkTask):
             key = bytes(key) if isinstance(key, (bytearray, memoryview)) else key
             value = bytes(value) if isinstance(value, (bytearray, memoryview)) else value
             try:
-                self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r, gen),
-                                       timestamp=r.timestamp or 0, headers=headers)
+                self._produce_bound(topic, value, key, part, headers, r, gen)
                 return True
             except (KafkaException, TypeError, ValueError) as again:
                 exc = again
@@ -255,13 +252,17 @@ class KafkaSinkTask(SinkTask):
         self.context.errant_record_reporter.report(r, error)
         return False
 
+    def _produce_bound(self, topic: str, value, key, part: int, headers, r: ConnectRecord, gen: _Outstanding) -> None:
+        """One produce off the hot path (``put`` inlines the same call), its report bound to ``r`` and ``gen``."""
+        self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r, gen),
+                               timestamp=r.timestamp or 0, headers=headers)
+
     def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, gen: _Outstanding) -> bool:
         while True:
             left = self.context.time_left()
             self._producer.poll(min(0.05, left))
             try:
-                self._producer.produce(topic, r.value, r.key, partition=part, on_delivery=partial(self._on_delivery, r, gen),
-                                       timestamp=r.timestamp or 0, headers=headers)
+                self._produce_bound(topic, r.value, r.key, part, headers, r, gen)
                 return True
             except BufferError:
                 if left <= 0:
@@ -283,14 +284,19 @@ class KafkaSinkTask(SinkTask):
         gen, self._gen = self._gen, _Outstanding()
         return gen.done
 
+    def _serve(self, call):
+        """``call`` (the producer's poll or flush), which serves delivery reports; a producer that
+        fails there is reported transient (the runner retries) and never pooled again."""
+        try:
+            return call()
+        except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
+            self._tainted = True
+            raise RetriableError(f"producer failed: {exc}") from exc
+
     def wait_outcomes(self, timeout: float) -> None:
         if self._fatal is not None:  # its queue was failed back as transient errors: start afresh
             self._replace_producer()
-        try:
-            self._producer.poll(timeout)
-        except (KafkaException, SystemError) as exc:
-            self._tainted = True
-            raise RetriableError(f"producer failed: {exc}") from exc
+        self._serve(lambda: self._producer.poll(timeout))
         if self._fatal is not None:
             self._replace_producer()
 
@@ -298,11 +304,7 @@ class KafkaSinkTask(SinkTask):
         """Wait for every acknowledgement, at most ``context.time_left()``; False if time ran out."""
         producer = self._producer
         while True:
-            try:
-                remaining = producer.flush(min(self.context.time_left(), 0.5))
-            except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
-                self._tainted = True
-                raise RetriableError(f"producer failed: {exc}") from exc
+            remaining = self._serve(lambda: producer.flush(min(self.context.time_left(), 0.5)))
             if self._fatal is not None:  # its queue was failed back as transient errors: start afresh
                 self._replace_producer()
                 return True
