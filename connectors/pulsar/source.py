@@ -1,0 +1,392 @@
+"""Pulsar source: topics by list or regex, partitions divided across tasks, read with readers.
+
+Positions are framework-managed, not acknowledged on a subscription. Why readers:
+
+- The framework already commits positions at-least-once (per checkpoint, only what the sink
+  acknowledged) into its offset store, which a restart, another process or a checkpoint
+  connector reads. Acknowledging on a durable subscription too would be a second, weaker record of
+  the same progress: Pulsar acknowledgements are asynchronous and not confirmed, so after a crash
+  the two could disagree.
+- A reader starts exactly after a given message (``start_message_id_inclusive=False``), batch
+  index included, so a restart resumes after the last committed record even inside a batch; a
+  subscription cannot be positioned inside a batch.
+- No subscription is left behind on the source cluster to hold a backlog when a connector is
+  deleted. The price, the same as Kafka's: data the source's retention deletes while the connector
+  is stopped is not read (a committed position no longer there resumes at the earliest left).
+
+Each partition of a partitioned topic (``persistent://t/ns/topic-partition-N``) is a source
+partition ``{"topic": <topic>, "partition": N}`` (a non-partitioned topic: ``partition`` -1); the
+offset of a record is its message id ``{"ledger", "entry", "batch"}``. Records keep the payload;
+the key (Pulsar's partition key, UTF-8 bytes; base64 keys written by this project's sink are
+decoded back); properties as headers; the ordering key as header ``pulsar.ordering.key``; the
+timestamp is the event time, else the publish time; the partition index as partition hint.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import threading
+import time
+from typing import Any, Mapping, Sequence
+
+from connect.config import ConfigDef, Importance, Type, at_least, one_of, valid_regex
+from connect.connector import SourceConnector
+from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.records import ConnectRecord, make_record, partition_key
+from connect.source import SourceTask
+from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
+from connectors.pulsar.mapping import BASE64_KEY, BASE64_PROPERTIES, ORDERING_KEY_HEADER
+
+__all__ = ["PulsarSourceConnector", "PulsarSourceTask"]
+
+log = logging.getLogger(__name__)
+
+TIMESTAMP_FLOOR = "start.timestamp.ms"  # in a persisted start: drop messages published before it
+ASSIGNMENT_KEY = "task.assignment"  # "topic|partition,..." written by the connector
+EARLIEST_KEY = "task.assignment.earliest"  # partitions found after the connector started
+_PARTITION = re.compile(r"^(.*)-partition-(\d+)$")
+
+CONFIG = CLIENT_CONFIG.merge(
+    ConfigDef()
+    .define("topics", Type.LIST, [], "Topics to read (comma-separated, full names persistent://tenant/ns/topic "
+            "or short names in public/default); or use topics.regex.", importance=Importance.HIGH)
+    .define("topics.regex", Type.STRING, "", "Regex (full match) of the full topic names to read within "
+            "topics.namespace.", validator=valid_regex)
+    .define("topics.namespace", Type.STRING, "public/default", "tenant/namespace searched by topics.regex.")
+    .define("admin.url", Type.STRING, "", "With topics.regex: the cluster's admin REST URL (http[s]://host:port), "
+            "where the namespace's topics are listed.")
+    .define("start.position", Type.STRING, "earliest",
+            "Where partitions without a committed position start: earliest, latest or timestamp (publish time).",
+            validator=one_of("earliest", "latest", "timestamp"))
+    .define("start.timestamp.ms", Type.LONG, -1, "With start.position=timestamp: epoch milliseconds of publish time.")
+    .define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
+    .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
+    .define("receiver.queue.size", Type.INT, 5000, "Messages each reader prefetches.", validator=at_least(1))
+    .define("refresh.topics.interval.ms", Type.INT, 30_000,
+            "How often the connector looks for new topics and partitions; 0 disables.", validator=at_least(0))
+)
+
+
+def full_topic_name(topic: str) -> str:
+    """``persistent://public/default/x`` for ``x``; ``tenant/ns/x`` gets ``persistent://``."""
+    if "://" in topic:
+        return topic
+    if topic.count("/") == 2:
+        return f"persistent://{topic}"
+    return f"persistent://public/default/{topic}"
+
+
+def split_partition(name: str) -> tuple[str, int]:
+    """``(topic, N)`` for ``topic-partition-N``; ``(name, -1)`` for a non-partitioned topic."""
+    match = _PARTITION.match(name)
+    return (match.group(1), int(match.group(2))) if match else (name, -1)
+
+
+def partition_topic(topic: str, partition: int) -> str:
+    return topic if partition < 0 else f"{topic}-partition-{partition}"
+
+
+def list_namespace_topics(admin_url: str, namespace: str, cfg: Mapping[str, Any]) -> list[str]:
+    """``GET /admin/v2/namespaces/{tenant}/{namespace}/topics``: the persistent topics of a namespace,
+    partitions listed one by one (``...-partition-N``), as Pulsar's admin API answers."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = f"{admin_url.rstrip('/')}/admin/v2/namespaces/{namespace}/topics"
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if cfg.get("auth.plugin") == "token" and cfg.get("auth.token"):
+        request.add_header("Authorization", f"Bearer {cfg['auth.token']}")
+    try:
+        with urllib.request.urlopen(request, timeout=cfg.get("operation.timeout.ms", 30_000) / 1000) as response:
+            names = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403, 404):
+            raise ConnectError(f"cannot list the topics of namespace {namespace} at {url}: HTTP {exc.code} "
+                               f"(check topics.namespace and the credentials)") from exc
+        raise RetriableError(f"cannot list the topics of namespace {namespace} at {url}: HTTP {exc.code}") from exc
+    except (OSError, ValueError) as exc:
+        raise RetriableError(f"cannot list the topics of namespace {namespace} at {url}: {exc}") from exc
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise RetriableError(f"{url} answered {str(names)[:200]!r}, not a JSON list of topic names")
+    return names
+
+
+def _parse_assignment(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in text.split(","):
+        if item.strip():
+            topic, _, part = item.strip().rpartition("|")
+            out.append((topic, int(part)))
+    return out
+
+
+class PulsarSourceConnector(SourceConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return CONFIG
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().validate(config) + client_issues(config)
+        if not config.get("topics") and not config.get("topics.regex"):
+            issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
+        elif config.get("topics") and config.get("topics.regex"):
+            issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
+        if str(config.get("start.position", "")).lower() == "timestamp":
+            raw = config.get("start.timestamp.ms")
+            if raw is None or not str(raw).strip().isdigit():
+                issues.append(ConfigIssue("start.timestamp.ms", raw,
+                                          "must be epoch milliseconds >= 0 when start.position=timestamp"))
+        namespace = str(config.get("topics.namespace", "public/default"))
+        if config.get("topics.regex") and namespace.count("/") != 1:
+            issues.append(ConfigIssue("topics.namespace", namespace, "must be tenant/namespace"))
+        if config.get("topics.regex") and not str(config.get("admin.url", "")).startswith(("http://", "https://")):
+            issues.append(ConfigIssue("admin.url", config.get("admin.url"),
+                                      "topics.regex needs the admin REST URL (http://host:port) to list the namespace"))
+        return issues
+
+    @classmethod
+    def task_class(cls) -> type:
+        return PulsarSourceTask
+
+    def start(self, config: Mapping[str, Any]) -> None:
+        super().start(config)
+        self._cfg = CONFIG.parse(config)
+        self._settings = client_settings(self._cfg)
+        self._client = CLIENTS.acquire(self._settings)
+        self._lock = threading.Lock()
+        self._initial: set[tuple[str, int]] | None = None
+        self._partitions = self._list_partitions()
+        self._initial = set(self._partitions)
+        self._stop = threading.Event()
+        self._thread = None
+        interval = self._cfg["refresh.topics.interval.ms"]
+        if interval > 0:
+            self._thread = threading.Thread(target=self._watch, args=(interval / 1000,), daemon=True,
+                                            name="pulsar-source-topic-watch")
+            self._thread.start()
+
+    def _topics(self) -> list[str]:
+        if self._cfg["topics"]:
+            return [full_topic_name(t) for t in self._cfg["topics"]]
+        return sorted(t for t in self._namespace_topics() if re.fullmatch(self._cfg["topics.regex"], t))
+
+    def _namespace_topics(self) -> set[str]:
+        """Topics of ``topics.namespace`` (partitions folded into their topic), from the admin REST
+        API (pulsar-client has no call for it)."""
+        names = list_namespace_topics(self._cfg["admin.url"], self._cfg["topics.namespace"], self._cfg)
+        return {split_partition(full_topic_name(n))[0] for n in names}
+
+    def _list_partitions(self) -> list[tuple[str, int]]:
+        out = []
+        for topic in self._topics():
+            try:
+                names = self._client.get_topic_partitions(topic)
+            except Exception as exc:  # noqa: BLE001
+                raise RetriableError(f"cannot look up the partitions of {topic} on {self._cfg['service.url']}: "
+                                     f"{exc}") from exc
+            for name in names:
+                out.append((topic, split_partition(name)[1]))
+        return sorted(set(out))
+
+    def _watch(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                current = self._list_partitions()
+            except ConnectError as exc:
+                log.warning("topic refresh failed: %s", exc)
+                continue
+            with self._lock:
+                changed = current != self._partitions
+                self._partitions = current
+            if changed and self.context is not None:
+                log.info("Pulsar source partitions changed (%d now); requesting task reconfiguration", len(current))
+                self.context.request_task_reconfiguration()
+
+    def source_topics(self) -> dict[str, int]:
+        with self._lock:
+            partitions = list(self._partitions)
+        counts: dict[str, int] = {}
+        for topic, part in partitions:
+            counts[topic] = max(counts.get(topic, 0), part + 1)
+        return counts
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
+        with self._lock:
+            partitions = list(self._partitions)
+        if not partitions:
+            return []
+        groups = [partitions[i::max_tasks] for i in range(min(max_tasks, len(partitions)))]
+        initial = self._initial or set()
+        return [{**self.config,
+                 ASSIGNMENT_KEY: ",".join(f"{t}|{p}" for t, p in group),
+                 EARLIEST_KEY: ",".join(f"{t}|{p}" for t, p in group if (t, p) not in initial)}
+                for group in groups]
+
+    def stop(self) -> None:
+        if getattr(self, "_thread", None) is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+        if getattr(self, "_client", None) is not None:
+            CLIENTS.release(self._settings)
+            self._client = None
+
+
+class PulsarSourceTask(SourceTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        import pulsar
+
+        self._pulsar = pulsar
+        cfg = CONFIG.parse(config)
+        self.context = context
+        self._batch = cfg["poll.batch.size"]
+        self._timeout_ms = cfg["poll.timeout.ms"]
+        self._settings = client_settings(cfg)
+        self._client = CLIENTS.acquire(self._settings)
+        assignment = _parse_assignment(config.get(ASSIGNMENT_KEY, ""))
+        earliest = set(_parse_assignment(config.get(EARLIEST_KEY, "")))
+        reader = context.offset_storage_reader
+        self._readers: list[list] = []  # [reader, source partition, index, topic, publish-time floor or None]
+        self._start_offsets: dict[str, dict] = {}
+        self._next = 0
+        try:
+            for topic, part in assignment:
+                sp = {"topic": topic, "partition": part}
+                committed = reader.offset(sp)
+                start_id, inclusive, floor = self._start(cfg, sp, committed, (topic, part) in earliest)
+                name = partition_topic(topic, part)
+                r = self._client.create_reader(name, start_id, receiver_queue_size=cfg["receiver.queue.size"],
+                                               start_message_id_inclusive=inclusive)
+                self._readers.append([r, sp, part, topic, floor])
+        except ConnectError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
+            raise RetriableError(f"cannot open a reader on {cfg['service.url']}: {exc}") from exc
+
+    def _start(self, cfg, sp: dict, committed: Mapping[str, Any] | None, discovered_late: bool):
+        """(start message id, inclusive?, publish-time floor or None).
+
+        Earliest and timestamp starts are persisted before the first record (``start_offsets``:
+        ledger -1 means "before the first message"), so a restart never resolves them again. A
+        timestamp start reads from the earliest message and drops those published before it, per
+        partition, until the first one at or after it (the floor is persisted with the start):
+        it needs no seek, which not every Pulsar-compatible broker serves.
+        """
+        pulsar = self._pulsar
+        if committed is not None:
+            floor = committed.get(TIMESTAMP_FLOOR)
+            if int(committed["ledger"]) < 0:
+                return pulsar.MessageId.earliest, True, floor
+            mid = pulsar.MessageId(-1, int(committed["ledger"]), int(committed["entry"]), int(committed.get("batch", -1)))
+            return mid, False, floor
+        if cfg["start.position"] == "latest" and not discovered_late:
+            # Not persisted: until its first record, a restart starts at the latest message again.
+            return pulsar.MessageId.latest, False, None
+        start: dict[str, Any] = {"ledger": -1, "entry": -1, "batch": -1}
+        floor = None
+        if cfg["start.position"] == "timestamp" and not discovered_late:
+            floor = start[TIMESTAMP_FLOOR] = cfg["start.timestamp.ms"]
+        self._start_offsets[partition_key(sp)] = start
+        return pulsar.MessageId.earliest, True, floor
+
+    def start_offsets(self) -> dict[str, dict]:
+        return self._start_offsets
+
+    def poll(self) -> Sequence[ConnectRecord]:
+        readers = self._readers
+        if not readers:
+            time.sleep(min(self._timeout_ms / 1000, self.context.time_left()))
+            return []
+        out: list[ConnectRecord] = []
+        timeout_error = self._pulsar.Timeout
+        budget = self._batch
+        wait_ms = max(int(min(self._timeout_ms / 1000, self.context.time_left()) * 1000), 0)
+        # Round robin over the partitions: take what each has buffered; wait only when none had any.
+        for turn in range(len(readers)):
+            entry = readers[(self._next + turn) % len(readers)]
+            share = max(budget // (len(readers) - turn), 1)
+            try:
+                self._read(entry, share, 0, out)
+            except timeout_error:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                raise RetriableError(f"reading {partition_topic(entry[3], entry[2])} failed: {exc}") from exc
+            budget = self._batch - len(out)
+            if budget <= 0:
+                break
+        self._next = (self._next + 1) % len(readers)
+        if not out and wait_ms > 0:
+            entry = readers[self._next]
+            try:
+                self._read(entry, self._batch, wait_ms, out)
+            except timeout_error:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                raise RetriableError(f"reading {partition_topic(entry[3], entry[2])} failed: {exc}") from exc
+        return out
+
+    def _read(self, entry: list, most: int, wait_ms: int, out: list) -> None:
+        """Up to ``most`` messages of one reader into ``out``; the first read waits ``wait_ms``."""
+        reader, sp, part, topic, floor = entry
+        record = make_record
+        append = out.append
+        read = reader.read_next
+        hint = part if part >= 0 else None
+        m = read(wait_ms)
+        taken = 0
+        while True:
+            taken += 1
+            if floor is not None and m.publish_timestamp() < floor:
+                pass  # published before the start time: not read
+            else:
+                floor = entry[4] = None
+                mid = m.message_id()
+                props = m.properties()
+                key = m.partition_key() or None
+                headers = None
+                if props:
+                    if BASE64_KEY in props or BASE64_PROPERTIES in props:
+                        key, props = _decode_marked(key, props)
+                    headers = [(k, v if v.__class__ is bytes else v.encode()) for k, v in props.items()]
+                if key.__class__ is str:
+                    key = key.encode()
+                ordering = m.ordering_key()
+                if ordering:
+                    headers = (headers or []) + [(ORDERING_KEY_HEADER, ordering if ordering.__class__ is bytes
+                                                  else ordering.encode())]
+                append(record(topic, key, m.data(), headers, m.event_timestamp() or m.publish_timestamp(), sp,
+                              {"ledger": mid.ledger_id(), "entry": mid.entry_id(), "batch": mid.batch_index()}, hint))
+            if taken >= most or len(out) >= self._batch:
+                return
+            try:
+                m = read(0)  # raises Timeout when nothing is buffered: the caller moves on
+            except self._pulsar.Timeout:
+                return
+
+    def stop(self) -> None:
+        for r, *_ in getattr(self, "_readers", []):
+            try:
+                r.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._readers = []
+        if getattr(self, "_client", None) is not None:
+            CLIENTS.release(self._settings)
+            self._client = None
+
+
+def _decode_marked(key: str, props: dict) -> tuple[bytes | None, dict]:
+    """Undo the sink's encoding of bytes Pulsar cannot carry as strings (see connectors.pulsar.mapping)."""
+    props = dict(props)
+    raw: Any = key
+    if props.pop(BASE64_KEY, None) == "true" and key:
+        raw = base64.b64decode(key)
+    listed = props.pop(BASE64_PROPERTIES, "")
+    out: dict[str, Any] = {}
+    names = set(filter(None, listed.split(",")))
+    for k, v in props.items():
+        out[k] = base64.b64decode(v) if k in names else v
+    return (raw.encode() if isinstance(raw, str) and raw else raw or None), out

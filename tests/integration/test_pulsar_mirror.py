@@ -1,0 +1,127 @@
+"""Pulsar <-> Pulsar and Kafka <-> Pulsar through the real driver and Spark partitions, against two
+pulsar-lite brokers (and tansu for Kafka). Everything here goes over the wire."""
+
+from __future__ import annotations
+
+from kafka_util import consume_all as kafka_consume_all
+from kafka_util import create_topic as kafka_create_topic
+from kafka_util import produce as kafka_produce
+from pipeline_util import make_driver, run_until
+from pulsar_util import consume_all, produce
+
+from worker.pipeline import parse_pipeline
+
+
+def _pipeline(name: str, source: dict, sink: dict, **extra):
+    config = {"epoch.max.ms": "1500", **{f"source.{k}": v for k, v in source.items()},
+              **{f"sink.{k}": v for k, v in sink.items()}}
+    config.update({k: str(v) for k, v in extra.items()})
+    return parse_pipeline({"name": name, "config": {k: str(v) for k, v in config.items()}})
+
+
+def _index(m) -> int:
+    return int(m.data().decode().rsplit("-", 1)[1])
+
+
+def test_pulsar_to_pulsar_100k_keeps_keys_properties_event_times_and_partition_order(pulsar_pair, spark, tmp_path,
+                                                                                   unique):
+    src, dst = pulsar_pair
+    topic, n, parts = f"persistent://public/default/orders-{unique}", 100_000, 3
+    src.create_partitioned_topics({topic: parts})
+    dst.create_partitioned_topics({topic: parts})
+    produce(src, topic, n, parts)
+    driver = make_driver(spark, tmp_path, _pipeline(unique, {"connector.class": "pulsar", "service.url": src.service_url,
+                                                             "topics": topic},
+                                                    {"connector.class": "pulsar", "service.url": dst.service_url},
+                                                    **{"tasks.max": 2}))
+    try:
+        assert len(driver.runtimes[0].tasks) == 2  # 3 partitions divided over 2 task pairs
+        assert run_until(driver, n) == n
+    finally:
+        driver.close()
+    mirrored = consume_all(dst, topic, parts, n)
+    assert sum(map(len, mirrored.values())) == n
+    for part, msgs in mirrored.items():
+        indexes = [_index(m) for m in msgs]
+        assert indexes == list(range(part, n, parts)), f"partition {part} out of order, incomplete or duplicated"
+        for m, i in zip(msgs, indexes, strict=True):
+            assert m.partition_key() == f"key-{i}"
+            assert m.properties() == {"idx": str(i), "src": "test"}
+            assert m.event_timestamp() == 1_700_000_000_000 + i
+            assert m.ordering_key() == f"ok-{i % 7}"
+
+
+def test_pulsar_restart_resumes_after_the_last_committed_message(pulsar_pair, spark, tmp_path, unique):
+    src, dst = pulsar_pair
+    topic = f"persistent://public/default/resume-{unique}"
+    produce(src, topic, 3000, 0)
+    pipeline = _pipeline(unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic},
+                         {"connector.class": "pulsar", "service.url": dst.service_url, "topic.template": "{topic}-copy"})
+    first = make_driver(spark, tmp_path, pipeline)
+    try:
+        run_until(first, 3000)
+    finally:
+        first.close()
+    produce(src, topic, 2000, 0, start=3000)
+    second = make_driver(spark, tmp_path, pipeline)  # same data dir: resumes after the committed message ids
+    try:
+        assert run_until(second, 2000) == 2000
+    finally:
+        second.close()
+    out = consume_all(dst, f"{topic}-copy", 0, 5000)[-1]
+    assert [_index(m) for m in out] == list(range(5000))  # in order, none lost, none twice
+
+
+def test_kafka_to_pulsar_maps_key_headers_timestamp_and_partition(kafka_pair, pulsar_pair, spark, tmp_path, unique):
+    ksrc, _ = kafka_pair
+    _, dst = pulsar_pair
+    topic, n, parts = f"k2p-{unique.rsplit('-', 1)[1]}", 20_000, 2
+    target = f"persistent://public/default/{topic}"
+    kafka_create_topic(ksrc.bootstrap, topic, parts)
+    kafka_produce(ksrc.bootstrap, topic, n, parts)
+    dst.create_partitioned_topics({target: parts})
+    driver = make_driver(spark, tmp_path, _pipeline(
+        unique, {"connector.class": "kafka", "bootstrap.servers": ksrc.bootstrap, "topics": topic},
+        {"connector.class": "pulsar", "service.url": dst.service_url}))
+    try:
+        assert run_until(driver, n) == n
+    finally:
+        driver.close()
+    mirrored = consume_all(dst, target, parts, n)
+    for part, msgs in mirrored.items():
+        indexes = [_index(m) for m in msgs]
+        assert indexes == list(range(part, n, parts)), f"partition {part}: Kafka partition kept, in order"
+        for m, i in zip(msgs, indexes, strict=True):
+            assert m.partition_key() == f"key-{i}"
+            assert m.properties() == {"idx": str(i), "src": "test"}
+            assert m.event_timestamp() == 1_700_000_000_000 + i
+
+
+def test_pulsar_to_kafka_maps_key_properties_event_time_and_partition(kafka_pair, pulsar_pair, spark, tmp_path, unique):
+    src, _ = pulsar_pair
+    _, kdst = kafka_pair
+    name, n, parts = f"p2k-{unique.rsplit('-', 1)[1]}", 20_000, 2
+    topic = f"persistent://public/default/{name}"
+    src.create_partitioned_topics({topic: parts})
+    produce(src, topic, n, parts)
+    kafka_create_topic(kdst.bootstrap, name, parts)
+    driver = make_driver(spark, tmp_path, _pipeline(
+        unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic},
+        {"connector.class": "kafka", "bootstrap.servers": kdst.bootstrap, "topic": name}))
+    try:
+        assert run_until(driver, n) == n
+    finally:
+        driver.close()
+    mirrored = kafka_consume_all(kdst.bootstrap, name, range(parts), n)
+    assert len(mirrored) == n
+    by_part: dict[int, list] = {}
+    for m in mirrored:
+        by_part.setdefault(m.partition(), []).append(m)
+    for part, msgs in by_part.items():
+        indexes = [int(m.value().decode().rsplit("-", 1)[1]) for m in msgs]
+        assert indexes == list(range(part, n, parts))
+        for m, i in zip(msgs, indexes, strict=True):
+            assert m.key() == f"key-{i}".encode()
+            assert m.timestamp()[1] == 1_700_000_000_000 + i
+            assert dict(m.headers()) == {"idx": str(i).encode(), "src": b"test",
+                                         "pulsar.ordering.key": f"ok-{i % 7}".encode()}

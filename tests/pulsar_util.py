@@ -1,0 +1,70 @@
+"""Helpers for tests talking to real pulsar-lite brokers (no mocks)."""
+
+from __future__ import annotations
+
+import time
+
+import pulsar
+
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+
+
+def client(broker) -> pulsar.Client:
+    return pulsar.Client(broker.service_url, logger=QUIET, operation_timeout_seconds=10)
+
+
+def produce(broker, topic: str, count: int, partitions: int, *, start: int = 0) -> None:
+    """``count`` messages round robin over the partitions (written to each ``-partition-N`` by name,
+    or to ``topic`` when ``partitions`` is 0); key ``key-i``, properties ``idx``/``src``, event time
+    1.7e12 + i, ordering key ``ok-<i % 7>``; every send result checked."""
+    c = client(broker)
+    errors = []
+    try:
+        names = [f"{topic}-partition-{p}" for p in range(partitions)] if partitions else [topic]
+        producers = [c.create_producer(n, batching_enabled=True, batching_max_publish_delay_ms=5,
+                                       block_if_queue_full=True, max_pending_messages=20_000) for n in names]
+        for i in range(start, start + count):
+            producers[i % len(producers)].send_async(
+                f"value-{i}".encode(), lambda res, _mid: errors.append(res) if res != pulsar.Result.Ok else None,
+                partition_key=f"key-{i}", properties={"idx": str(i), "src": "test"},
+                event_timestamp=1_700_000_000_000 + i, ordering_key=f"ok-{i % 7}")
+        for p in producers:
+            p.flush()
+            p.close()
+    finally:
+        c.close()
+    assert not errors, errors[:3]
+
+
+def consume_all(broker, topic: str, partitions: int, expected: int, timeout: float = 60.0) -> dict[int, list]:
+    """Every message of each partition (readers from the earliest), by partition index (-1: not
+    partitioned), until ``expected`` arrived and 1 s of silence followed."""
+    c = client(broker)
+    names = {p: f"{topic}-partition-{p}" for p in range(partitions)} if partitions else {-1: topic}
+    readers = {p: c.create_reader(n, pulsar.MessageId.earliest) for p, n in names.items()}
+    out: dict[int, list] = {p: [] for p in names}
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    try:
+        while time.monotonic() < deadline:
+            got = 0
+            for p, r in readers.items():
+                while True:
+                    try:
+                        m = r.read_next(50)
+                    except pulsar.Timeout:
+                        break
+                    out[p].append(m)
+                    got += 1
+            total = sum(map(len, out.values()))
+            if got:
+                quiet_since = None
+            elif total >= expected:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 1.0:
+                    break
+    finally:
+        for r in readers.values():
+            r.close()
+        c.close()
+    return out
