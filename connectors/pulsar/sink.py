@@ -53,6 +53,8 @@ CONFIG = ROUTING_CONFIG.merge(CLIENT_CONFIG).merge(
             validator=at_least(1))
     .define("send.timeout.ms", Type.INT, 0, "Send timeout of the producers; 0: none, an outage only delays.",
             validator=at_least(0))
+    .define("chunking.enabled", Type.BOOLEAN, False,
+            "Split messages larger than the broker's limit into chunks (needs batching.enabled=false).")
     .define("compression.type", Type.STRING, "none", "none, lz4, zlib, zstd or snappy.",
             validator=one_of("none", "lz4", "zlib", "zstd", "snappy"))
 )
@@ -90,7 +92,12 @@ class PulsarSinkConnector(SinkConnector):
 
     @classmethod
     def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        return super().validate(config) + client_issues(config)
+        issues = super().validate(config) + client_issues(config)
+        if str(config.get("chunking.enabled", "false")).lower() == "true" and \
+                str(config.get("batching.enabled", "true")).lower() != "false":
+            issues.append(ConfigIssue("chunking.enabled", "true", "needs batching.enabled=false (Pulsar does not "
+                                      "chunk batched messages)"))
+        return issues
 
     @classmethod
     def task_class(cls) -> type:
@@ -140,7 +147,8 @@ class PulsarSinkTask(SinkTask):
                 producer = self._client.create_producer(
                     topic, send_timeout_millis=cfg["send.timeout.ms"], block_if_queue_full=False,
                     max_pending_messages=self._max_pending, max_pending_messages_across_partitions=self._max_pending,
-                    batching_enabled=cfg["batching.enabled"], batching_max_messages=cfg["batching.max.messages"],
+                    batching_enabled=cfg["batching.enabled"], chunking_enabled=cfg["chunking.enabled"],
+                    batching_max_messages=cfg["batching.max.messages"],
                     batching_max_publish_delay_ms=cfg["batching.max.publish.delay.ms"],
                     compression_type=getattr(pulsar.CompressionType, cfg["compression.type"].upper()
                                              if cfg["compression.type"] != "none" else "NONE"),

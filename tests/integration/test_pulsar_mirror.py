@@ -169,3 +169,44 @@ def test_target_pulsar_down_30s_mid_stream_resumes_by_itself_and_loses_nothing(s
     finally:
         src.stop()
         dst.stop()
+
+
+def test_a_record_pulsar_refuses_goes_to_the_dead_letter_topic_and_is_counted(kafka_pair, pulsar_pair, spark, tmp_path,
+                                                                            unique):
+    """A 5.4 MB Kafka record is larger than Pulsar's 5 MB message limit: the Pulsar sink's send
+    result for exactly that record is MessageTooBig (permanent), so it goes to the dead-letter
+    topic (written with chunking, which takes it), is counted, and the records around it arrive."""
+    from confluent_kafka import Producer
+
+    ksrc, _ = kafka_pair
+    _, dst = pulsar_pair
+    name = f"poison-{unique.rsplit('-', 1)[1]}"
+    kafka_create_topic(ksrc.bootstrap, name, 1)
+    p = Producer({"bootstrap.servers": ksrc.bootstrap, "message.max.bytes": 10_000_000})
+    for i in range(10):
+        p.produce(name, (b"x" * 5_400_000) if i == 4 else f"small-{i}".encode(), key=str(i).encode(), partition=0)
+    assert p.flush(30) == 0
+    target, dlq = f"persistent://public/default/{name}-out", f"persistent://public/default/{name}-dlq"
+    driver = make_driver(spark, tmp_path, _pipeline(
+        unique, {"connector.class": "kafka", "bootstrap.servers": ksrc.bootstrap, "topics": name},
+        {"connector.class": "pulsar", "service.url": dst.service_url, "topic": target},
+        **{"errors.deadletterqueue.topic.name": dlq, "dlq.batching.enabled": "false", "dlq.chunking.enabled": "true",
+           "errors.retry.timeout": 300}))
+    stats = []
+    try:
+        for _ in range(10):
+            results = driver.run_epoch()
+            assert [r.state for r in results] == ["RUNNING"], results[0].trace
+            stats.extend(r.stats for r in results)
+            if list(driver.runtimes[0].offsets.values()) == [{"offset": 9}]:
+                break
+        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 9}]  # past the dead-lettered record
+    finally:
+        driver.close()
+    assert sum(s["dead_lettered"] for s in stats) == 1 and sum(s["errors"] for s in stats) == 1
+    out = consume_all(dst, target, 0, 9)[-1]
+    assert [m.partition_key() for m in out] == [str(i) for i in range(10) if i != 4]
+    dead = consume_all(dst, dlq, 0, 1)[-1]
+    assert len(dead) == 1 and dead[0].data() == b"x" * 5_400_000 and dead[0].partition_key() == "4"
+    props = dead[0].properties()
+    assert props["__connect.errors.offset"] == "4" and "MessageTooBig" in props["__connect.errors.exception.message"]

@@ -1,0 +1,126 @@
+"""Pulsar connector units: the record <-> message mapping, config checks, and the admin REST
+exchange used for topics.regex (contract test: pulsar-lite has no admin REST API, so a local HTTP
+server answers the exact path Pulsar's admin API serves, GET /admin/v2/namespaces/{tenant}/{ns}/topics)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from connect.errors import ConnectError, RetriableError
+from connectors.pulsar.mapping import BASE64_KEY, BASE64_PROPERTIES, ORDERING_KEY_HEADER, message_fields
+from connectors.pulsar.sink import PulsarSinkConnector
+from connectors.pulsar.source import (
+    PulsarSourceConnector,
+    _decode_marked,
+    full_topic_name,
+    list_namespace_topics,
+    split_partition,
+)
+
+
+def test_utf8_keys_and_headers_travel_as_text_and_bytes_are_marked_and_come_back_identical():
+    headers = [("trace", b"abc"), ("bin", b"\xff\x00\x01"), ("none", None), (ORDERING_KEY_HEADER, b"ord")]
+    key, props, ordering = message_fields(b"\xfe\xed", headers)
+    assert props[BASE64_KEY] == "true" and props[BASE64_PROPERTIES] == "bin"
+    assert props["trace"] == "abc" and props["none"] == "" and ORDERING_KEY_HEADER not in props
+    assert ordering == b"ord"
+    back_key, back_props = _decode_marked(key, props)
+    assert back_key == b"\xfe\xed"
+    assert back_props == {"trace": "abc", "bin": b"\xff\x00\x01", "none": ""}
+    assert message_fields(b"plain", None) == ("plain", {}, None)
+    assert message_fields(None, [("a", "text")]) == (None, {"a": "text"}, None)
+
+
+def test_topic_names():
+    assert full_topic_name("x") == "persistent://public/default/x"
+    assert full_topic_name("t/ns/x") == "persistent://t/ns/x"
+    assert full_topic_name("non-persistent://t/ns/x") == "non-persistent://t/ns/x"
+    assert split_partition("persistent://t/ns/x-partition-12") == ("persistent://t/ns/x", 12)
+    assert split_partition("persistent://t/ns/x") == ("persistent://t/ns/x", -1)
+
+
+@pytest.mark.parametrize("config, key", [
+    ({"service.url": "http://wrong:6650", "topics": "a"}, "service.url"),
+    ({"service.url": "pulsar://h:1", "topics": "a", "auth.plugin": "token"}, "auth.token"),
+    ({"service.url": "pulsar://h:1", "topics": "a", "auth.plugin": "tls"}, "auth.tls.cert.file"),
+    ({"service.url": "pulsar://h:1", "topics.regex": "persistent://public/default/a.*"}, "admin.url"),
+    ({"service.url": "pulsar://h:1"}, "topics"),
+    ({"service.url": "pulsar://h:1", "topics": "a", "start.position": "timestamp"}, "start.timestamp.ms"),
+])
+def test_source_config_errors_name_the_key(config, key):
+    assert key in [issue.key for issue in PulsarSourceConnector.validate(config)]
+
+
+def test_sink_chunking_needs_batching_off_and_token_is_secret():
+    issues = PulsarSinkConnector.validate({"service.url": "pulsar://h:1", "chunking.enabled": "true"})
+    assert [i.key for i in issues] == ["chunking.enabled"]
+    assert not PulsarSinkConnector.validate({"service.url": "pulsar://h:1", "chunking.enabled": "true",
+                                             "batching.enabled": "false"})
+    assert PulsarSinkConnector.config_def().is_secret("auth.token")
+
+
+class _Admin(BaseHTTPRequestHandler):
+    answers: dict = {}
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        status, body = self.answers.get(self.path, (404, {"reason": "Namespace does not exist"}))
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def admin():
+    server = HTTPServer(("127.0.0.1", 0), _Admin)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Admin.seen.clear()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_namespace_listing_uses_pulsars_admin_path_and_token(admin):
+    _Admin.answers = {"/admin/v2/namespaces/acme/orders/topics": (200, [
+        "persistent://acme/orders/a-partition-0", "persistent://acme/orders/a-partition-1", "persistent://acme/orders/b"])}
+    names = list_namespace_topics(admin, "acme/orders", {"auth.plugin": "token", "auth.token": "tok"})
+    assert names == ["persistent://acme/orders/a-partition-0", "persistent://acme/orders/a-partition-1",
+                     "persistent://acme/orders/b"]
+    assert _Admin.seen == [("/admin/v2/namespaces/acme/orders/topics", "Bearer tok")]
+
+
+def test_namespace_listing_errors_say_what_was_wrong(admin):
+    _Admin.answers = {"/admin/v2/namespaces/acme/odd/topics": (200, {"not": "a list"}),
+                      "/admin/v2/namespaces/acme/busy/topics": (503, {"reason": "busy"})}
+    with pytest.raises(ConnectError, match="HTTP 404.*topics.namespace") as missing:
+        list_namespace_topics(admin, "acme/missing", {})
+    assert not isinstance(missing.value, RetriableError)  # a wrong namespace does not fix itself
+    with pytest.raises(RetriableError, match="not a JSON list"):
+        list_namespace_topics(admin, "acme/odd", {})
+    with pytest.raises(RetriableError, match="HTTP 503"):
+        list_namespace_topics(admin, "acme/busy", {})
+
+
+@pytest.mark.parametrize("name", ["pulsar-to-pulsar", "kafka-to-pulsar", "pulsar-to-kafka", "demo-mirror"])
+def test_example_configs_in_conf_are_valid(name):
+    from pathlib import Path
+
+    from connect.errors import ConfigError
+    from worker.pipeline import load_pipeline_file
+
+    path = Path(__file__).resolve().parents[2] / "conf" / f"{name}.json"
+    try:
+        load_pipeline_file(path)
+    except ConfigError as exc:  # pragma: no cover - the failure message is the point
+        pytest.fail(f"{path.name}: {exc}")
