@@ -19,6 +19,16 @@ def kafka_pipeline(name: str, source: str, target: str, **extra: Any):
     return parse_pipeline({"name": name, "config": config})
 
 
+def pair_pipeline(name: str, source: dict, sink: dict, **extra):
+    """A pipeline config from source and sink keys (prefixed here), 1.5 s epochs unless ``extra`` says."""
+    from worker.pipeline import parse_pipeline
+
+    config = {"epoch.max.ms": "1500", **{f"source.{k}": v for k, v in source.items()},
+              **{f"sink.{k}": v for k, v in sink.items()}}
+    config.update({k: str(v) for k, v in extra.items()})
+    return parse_pipeline({"name": name, "config": {k: str(v) for k, v in config.items()}})
+
+
 def make_driver(spark, data_dir: Path, *pipelines) -> Driver:
     return Driver(SparkExecutor(spark), OffsetStore(data_dir), list(pipelines))
 

@@ -50,7 +50,7 @@ def dead_letter_record(record: ConnectRecord, error: BaseException, *, connector
         )
         headers.extend((name, str(value).encode()) for name, value in context)
     return ConnectRecord(record.topic, record.key, record.value, headers, record.timestamp,
-                         record.source_partition, record.source_offset, None)
+                         record.source_partition, record.source_offset, None, record.value_schema)
 
 
 class FailedRecordHandler:

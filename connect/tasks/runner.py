@@ -90,7 +90,7 @@ class _SideConverters:
         except ConversionError as exc:
             raise ConversionError(f"value of record {r.position()}: {exc}") from None
         return make_record(r.topic, key, value, r.headers, r.timestamp, r.source_partition, r.source_offset,
-                           r.partition)
+                           r.partition, r.value_schema)
 
 
 class _Generation:

@@ -13,6 +13,14 @@
   append to a queue; ``wait_outcomes`` serves that queue on the task's thread: failures are
   reported (transient ones re-sent by the runner, in order; permanent ones go to the hooks / DLQ),
   and every outcome counts its checkpoint down, so an epoch ends without draining.
+- Schemas (PIP-87): a record that carries its source schema is published by a producer that
+  declares that schema, so the destination registers it (under a version of its own) and
+  consumers there can decode the data. Records without one use ``value.schema.type`` /
+  ``value.schema.definition`` when set (e.g. Kafka -> Pulsar with a known Avro or JSON schema),
+  else no schema. When a topic's records change schema, what was sent with the previous one is
+  acknowledged first (order is kept across the switch). A schema the destination refuses as
+  incompatible fails the task with that error: replication of the topic stops there and skips
+  nothing; a registry that does not answer is retried.
 - Outages only delay: producers have no send timeout (``send.timeout.ms`` 0, as the Kafka sink's
   ``message.timeout.ms``) and reconnect by themselves. The task never has more than
   ``max.pending.messages`` sends without an outcome, so Pulsar's own queue never refuses one; a
@@ -29,11 +37,12 @@ from typing import Any, Mapping, Sequence
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
-from connect.records import ConnectRecord
+from connect.records import ConnectRecord, ValueSchema
 from connect.sink import SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import message_fields
+from connectors.pulsar.schemas import SchemaIncompatibleError, producer_schema
 from connectors.pulsar.source import full_topic_name, partition_topic
 
 __all__ = ["PulsarSinkConnector", "PulsarSinkTask", "DeliveryError"]
@@ -55,6 +64,11 @@ CONFIG = ROUTING_CONFIG.merge(CLIENT_CONFIG).merge(
             validator=at_least(0))
     .define("chunking.enabled", Type.BOOLEAN, False,
             "Split messages larger than the broker's limit into chunks (needs batching.enabled=false).")
+    .define("value.schema.type", Type.STRING, "",
+            "Schema declared for records that carry none (AVRO, JSON, PROTOBUF, STRING...); empty: no schema.")
+    .define("value.schema.definition", Type.STRING, "", "With value.schema.type: the schema definition "
+            "(for AVRO and JSON the Avro schema JSON).")
+    .define("value.schema.name", Type.STRING, "", "With value.schema.type: the schema's name.")
     .define("compression.type", Type.STRING, "none", "none, lz4, zlib, zstd or snappy.",
             validator=one_of("none", "lz4", "zlib", "zstd", "snappy"))
 )
@@ -69,7 +83,7 @@ def _results():
 
     r = pulsar.Result
     permanent = {r.MessageTooBig, r.InvalidMessage, r.AuthorizationError, r.AuthenticationError,
-                 r.TopicTerminated, r.InvalidTopicName, r.NotAllowedError, r.IncompatibleSchema}
+                 r.TopicTerminated, r.InvalidTopicName, r.NotAllowedError}
     return r.Ok, permanent
 
 
@@ -97,6 +111,16 @@ class PulsarSinkConnector(SinkConnector):
                 str(config.get("batching.enabled", "true")).lower() != "false":
             issues.append(ConfigIssue("chunking.enabled", "true", "needs batching.enabled=false (Pulsar does not "
                                       "chunk batched messages)"))
+        declared = str(config.get("value.schema.type", "") or "")
+        if declared:
+            import _pulsar
+
+            if declared.upper() not in _pulsar.SchemaType.__members__:
+                issues.append(ConfigIssue("value.schema.type", declared, "not a Pulsar schema type (one of "
+                                          f"{', '.join(sorted(_pulsar.SchemaType.__members__))})"))
+            elif not config.get("value.schema.definition") and declared.upper() in ("AVRO", "JSON", "PROTOBUF"):
+                issues.append(ConfigIssue("value.schema.definition", None, f"value.schema.type={declared} needs the "
+                                          "schema definition"))
         return issues
 
     @classmethod
@@ -115,7 +139,10 @@ class PulsarSinkTask(SinkTask):
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
         self._ok, self._permanent = _results()
-        self._producers: dict[str, Any] = {}  # target (partition) topic -> producer
+        self._producers: dict[str, list] = {}  # target (partition) topic -> [producer, its schema or None]
+        declared = cfg["value.schema.type"].upper()
+        self._declared = (ValueSchema(declared, cfg["value.schema.definition"], cfg["value.schema.name"])
+                          if declared else None)
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partition count)
         self._outcomes: collections.deque = collections.deque()  # (record, gen, result), from IO threads
         self._arrived = threading.Event()
@@ -137,27 +164,42 @@ class PulsarSinkTask(SinkTask):
             target = self._targets[source_topic] = (name, len(names) if partitioned else 0)
         return target
 
-    def _producer(self, topic: str):
-        producer = self._producers.get(topic)
-        if producer is None:
-            pulsar, cfg = self._pulsar, self._cfg
-            mode = (pulsar.PartitionsRoutingMode.UseSinglePartition if self._mode == "single"
-                    else pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    def _producer(self, topic: str, schema: ValueSchema | None):
+        current = self._producers.get(topic)
+        if current is not None:
+            if current[1] is schema or current[1] == schema:
+                return current[0]
+            # A new schema on this topic: what the old producer sent is acknowledged first, so
+            # the two producers' messages cannot interleave out of order.
+            if not self.flush(None):
+                raise RetriableError(f"records sent to {topic} before its schema changed are not acknowledged yet")
+            self._producers.pop(topic)
             try:
-                producer = self._client.create_producer(
-                    topic, send_timeout_millis=cfg["send.timeout.ms"], block_if_queue_full=False,
-                    max_pending_messages=self._max_pending, max_pending_messages_across_partitions=self._max_pending,
-                    batching_enabled=cfg["batching.enabled"], chunking_enabled=cfg["chunking.enabled"],
-                    batching_max_messages=cfg["batching.max.messages"],
-                    batching_max_publish_delay_ms=cfg["batching.max.publish.delay.ms"],
-                    compression_type=getattr(pulsar.CompressionType, cfg["compression.type"].upper()
-                                             if cfg["compression.type"] != "none" else "NONE"),
-                    message_routing_mode=mode)
-            except Exception as exc:  # noqa: BLE001
-                if "IncompatibleSchema" in str(exc):
-                    raise DeliveryError(f"cannot create a producer on {topic}: {exc}") from exc
-                raise RetriableError(f"cannot create a producer on {topic}: {exc}") from exc
-            self._producers[topic] = producer
+                current[0].close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        pulsar, cfg = self._pulsar, self._cfg
+        mode = (pulsar.PartitionsRoutingMode.UseSinglePartition if self._mode == "single"
+                else pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+        try:
+            producer = self._client.create_producer(
+                topic, send_timeout_millis=cfg["send.timeout.ms"], block_if_queue_full=False,
+                max_pending_messages=self._max_pending, max_pending_messages_across_partitions=self._max_pending,
+                batching_enabled=cfg["batching.enabled"], chunking_enabled=cfg["chunking.enabled"],
+                batching_max_messages=cfg["batching.max.messages"],
+                batching_max_publish_delay_ms=cfg["batching.max.publish.delay.ms"],
+                compression_type=getattr(pulsar.CompressionType, cfg["compression.type"].upper()
+                                         if cfg["compression.type"] != "none" else "NONE"),
+                message_routing_mode=mode, **({"schema": producer_schema(schema)} if schema else {}))
+        except pulsar.IncompatibleSchema as exc:
+            raise SchemaIncompatibleError(
+                f"{topic} refused the {schema.type if schema else 'BYTES'} schema {schema.name if schema else ''!r} "
+                f"as incompatible ({exc}): replication of this topic stops here and skips nothing (PIP-87). Make "
+                "the destination accept the schema (compatibility strategy, or register it there), then restart "
+                "the task") from exc
+        except Exception as exc:  # noqa: BLE001
+            raise RetriableError(f"cannot create a producer on {topic}: {exc}") from exc
+        self._producers[topic] = [producer, schema]
         return producer
 
     # -- data -------------------------------------------------------------------------------
@@ -177,7 +219,7 @@ class PulsarSinkTask(SinkTask):
                     topic, partitions = self._target(r.topic)
                     if self._mode == "partition" and partitions and r.partition is not None and r.partition < partitions:
                         topic = partition_topic(topic, r.partition)
-                    producer = self._producer(topic)
+                    producer = self._producer(topic, r.value_schema or self._declared)
                 except RetriableError as exc:  # target unreachable: this record and the rest wait, in order
                     self._report_transient(records[i:], exc)
                     break
@@ -271,7 +313,7 @@ class PulsarSinkTask(SinkTask):
 
     def flush(self, offsets) -> bool:
         """Every outcome served, at most ``context.time_left()``; False if time ran out first."""
-        for producer in list(self._producers.values()):
+        for producer, _ in list(self._producers.values()):
             try:
                 producer.flush_async(lambda _res: None)
             except Exception:  # noqa: BLE001 - outcomes are still counted below
@@ -286,7 +328,7 @@ class PulsarSinkTask(SinkTask):
             self.wait_outcomes(min(left, 0.2))
 
     def stop(self) -> None:
-        for producer in self._producers.values():
+        for producer, _ in self._producers.values():
             try:
                 producer.close()
             except Exception:  # noqa: BLE001 - closing is best effort

@@ -20,6 +20,12 @@ offset of a record is its message id ``{"ledger", "entry", "batch"}``. Records k
 the key (Pulsar's partition key, UTF-8 bytes; base64 keys written by this project's sink are
 decoded back); properties as headers; the ordering key as header ``pulsar.ordering.key``; the
 timestamp is the event time, else the publish time; the partition index as partition hint.
+
+Schemas (PIP-87, ``schemas.enabled``): a message written with a schema carries the schema itself
+on its record (:mod:`connectors.pulsar.schemas`), looked up by version from the source broker
+once per (topic, version). A lookup the broker does not answer holds that partition's message
+(it is not dropped) and the poll is retried; a schema the broker says does not exist fails the
+task: its messages are never replicated without their schema, nor skipped.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import BASE64_KEY, BASE64_PROPERTIES, ORDERING_KEY_HEADER
+from connectors.pulsar.schemas import SchemaLookup
 
 __all__ = ["PulsarSourceConnector", "PulsarSourceTask"]
 
@@ -64,6 +71,8 @@ CONFIG = CLIENT_CONFIG.merge(
     .define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
     .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
     .define("receiver.queue.size", Type.INT, 5000, "Messages each reader prefetches.", validator=at_least(1))
+    .define("schemas.enabled", Type.BOOLEAN, True,
+            "Carry each message's schema (looked up by version on the source broker) on its record (PIP-87).")
     .define("refresh.topics.interval.ms", Type.INT, 30_000,
             "How often the connector looks for new topics and partitions; 0 disables.", validator=at_least(0))
 )
@@ -249,7 +258,9 @@ class PulsarSourceTask(SourceTask):
         assignment = _parse_assignment(config.get(ASSIGNMENT_KEY, ""))
         earliest = set(_parse_assignment(config.get(EARLIEST_KEY, "")))
         reader = context.offset_storage_reader
-        self._readers: list[list] = []  # [reader, source partition, index, topic, publish-time floor or None]
+        self._schemas = SchemaLookup(self._client, pulsar) if cfg["schemas.enabled"] else None
+        # [reader, source partition, index, topic, publish-time floor or None, message held or None]
+        self._readers: list[list] = []
         self._start_offsets: dict[str, dict] = {}
         self._next = 0
         try:
@@ -260,7 +271,7 @@ class PulsarSourceTask(SourceTask):
                 name = partition_topic(topic, part)
                 r = self._client.create_reader(name, start_id, receiver_queue_size=cfg["receiver.queue.size"],
                                                start_message_id_inclusive=inclusive)
-                self._readers.append([r, sp, part, topic, floor])
+                self._readers.append([r, sp, part, topic, floor, None])
         except ConnectError:
             raise
         except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
@@ -302,6 +313,10 @@ class PulsarSourceTask(SourceTask):
             return []
         out: list[ConnectRecord] = []
         timeout_error = self._pulsar.Timeout
+        for entry in readers:
+            held = entry[5]
+            if held is not None:  # its schema lookup failed: ask again before reading on (raises while out is empty)
+                self._schemas.fetch(entry[3], held._message.int_schema_version())
         budget = self._batch
         wait_ms = max(int(min(self._timeout_ms / 1000, self.context.time_left()) * 1000), 0)
         # Round robin over the partitions: take what each has buffered; wait only when none had any.
@@ -330,12 +345,16 @@ class PulsarSourceTask(SourceTask):
 
     def _read(self, entry: list, most: int, wait_ms: int, out: list) -> None:
         """Up to ``most`` messages of one reader into ``out``; the first read waits ``wait_ms``."""
-        reader, sp, part, topic, floor = entry
+        reader, sp, part, topic, floor, held = entry
         record = make_record
         append = out.append
         read = reader.read_next
         hint = part if part >= 0 else None
-        m = read(wait_ms)
+        schemas = self._schemas
+        if held is not None:
+            m, entry[5] = held, None
+        else:
+            m = read(wait_ms)
         taken = 0
         while True:
             taken += 1
@@ -357,8 +376,21 @@ class PulsarSourceTask(SourceTask):
                 if ordering:
                     headers = (headers or []) + [(ORDERING_KEY_HEADER, ordering if ordering.__class__ is bytes
                                                   else ordering.encode())]
+                schema = None
+                if schemas is not None:
+                    version = m._message.int_schema_version()  # -1: written without a schema
+                    if version >= 0:
+                        schema = schemas.get(topic, version)
+                        if schema is None:
+                            try:
+                                schema = schemas.fetch(topic, version)
+                            except RetriableError as exc:
+                                entry[5] = m  # read again first, next poll; what was read before it goes now
+                                log.warning("%s; holding %s", exc, partition_topic(topic, part))
+                                return
                 append(record(topic, key, m.data(), headers, m.event_timestamp() or m.publish_timestamp(), sp,
-                              {"ledger": mid.ledger_id(), "entry": mid.entry_id(), "batch": mid.batch_index()}, hint))
+                              {"ledger": mid.ledger_id(), "entry": mid.entry_id(), "batch": mid.batch_index()}, hint,
+                              schema))
             if taken >= most or len(out) >= self._batch:
                 return
             try:

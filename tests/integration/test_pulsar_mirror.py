@@ -6,17 +6,8 @@ from __future__ import annotations
 from kafka_util import consume_all as kafka_consume_all
 from kafka_util import create_topic as kafka_create_topic
 from kafka_util import produce as kafka_produce
-from pipeline_util import make_driver, run_until
+from pipeline_util import make_driver, pair_pipeline, run_until
 from pulsar_util import consume_all, produce
-
-from worker.pipeline import parse_pipeline
-
-
-def _pipeline(name: str, source: dict, sink: dict, **extra):
-    config = {"epoch.max.ms": "1500", **{f"source.{k}": v for k, v in source.items()},
-              **{f"sink.{k}": v for k, v in sink.items()}}
-    config.update({k: str(v) for k, v in extra.items()})
-    return parse_pipeline({"name": name, "config": {k: str(v) for k, v in config.items()}})
 
 
 def _index(m) -> int:
@@ -30,7 +21,7 @@ def test_pulsar_to_pulsar_100k_keeps_keys_properties_event_times_and_partition_o
     src.create_partitioned_topics({topic: parts})
     dst.create_partitioned_topics({topic: parts})
     produce(src, topic, n, parts)
-    driver = make_driver(spark, tmp_path, _pipeline(unique, {"connector.class": "pulsar", "service.url": src.service_url,
+    driver = make_driver(spark, tmp_path, pair_pipeline(unique, {"connector.class": "pulsar", "service.url": src.service_url,
                                                              "topics": topic},
                                                     {"connector.class": "pulsar", "service.url": dst.service_url},
                                                     **{"tasks.max": 2}))
@@ -55,7 +46,7 @@ def test_pulsar_restart_resumes_after_the_last_committed_message(pulsar_pair, sp
     src, dst = pulsar_pair
     topic = f"persistent://public/default/resume-{unique}"
     produce(src, topic, 3000, 0)
-    pipeline = _pipeline(unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic},
+    pipeline = pair_pipeline(unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic},
                          {"connector.class": "pulsar", "service.url": dst.service_url, "topic.template": "{topic}-copy"})
     first = make_driver(spark, tmp_path, pipeline)
     try:
@@ -80,7 +71,7 @@ def test_kafka_to_pulsar_maps_key_headers_timestamp_and_partition(kafka_pair, pu
     kafka_create_topic(ksrc.bootstrap, topic, parts)
     kafka_produce(ksrc.bootstrap, topic, n, parts)
     dst.create_partitioned_topics({target: parts})
-    driver = make_driver(spark, tmp_path, _pipeline(
+    driver = make_driver(spark, tmp_path, pair_pipeline(
         unique, {"connector.class": "kafka", "bootstrap.servers": ksrc.bootstrap, "topics": topic},
         {"connector.class": "pulsar", "service.url": dst.service_url}))
     try:
@@ -105,7 +96,7 @@ def test_pulsar_to_kafka_maps_key_properties_event_time_and_partition(kafka_pair
     src.create_partitioned_topics({topic: parts})
     produce(src, topic, n, parts)
     kafka_create_topic(kdst.bootstrap, name, parts)
-    driver = make_driver(spark, tmp_path, _pipeline(
+    driver = make_driver(spark, tmp_path, pair_pipeline(
         unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic},
         {"connector.class": "kafka", "bootstrap.servers": kdst.bootstrap, "topic": name}))
     try:
@@ -138,7 +129,7 @@ def test_target_pulsar_down_30s_mid_stream_resumes_by_itself_and_loses_nothing(s
     topic = "persistent://public/default/outage"
     try:
         produce(src, topic, 5000, 0)
-        driver = make_driver(spark, tmp_path / "data", _pipeline(
+        driver = make_driver(spark, tmp_path / "data", pair_pipeline(
             unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic},
             {"connector.class": "pulsar", "service.url": dst.service_url}, **{"epoch.max.ms": 1000}))
         try:
@@ -187,7 +178,7 @@ def test_a_record_pulsar_refuses_goes_to_the_dead_letter_topic_and_is_counted(ka
         p.produce(name, (b"x" * 5_400_000) if i == 4 else f"small-{i}".encode(), key=str(i).encode(), partition=0)
     assert p.flush(30) == 0
     target, dlq = f"persistent://public/default/{name}-out", f"persistent://public/default/{name}-dlq"
-    driver = make_driver(spark, tmp_path, _pipeline(
+    driver = make_driver(spark, tmp_path, pair_pipeline(
         unique, {"connector.class": "kafka", "bootstrap.servers": ksrc.bootstrap, "topics": name},
         {"connector.class": "pulsar", "service.url": dst.service_url, "topic": target},
         **{"errors.deadletterqueue.topic.name": dlq, "dlq.batching.enabled": "false", "dlq.chunking.enabled": "true",

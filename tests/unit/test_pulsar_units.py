@@ -55,6 +55,17 @@ def test_source_config_errors_name_the_key(config, key):
     assert key in [issue.key for issue in PulsarSourceConnector.validate(config)]
 
 
+@pytest.mark.parametrize("extra, key, words", [
+    ({"value.schema.type": "AVRO4"}, "value.schema.type", "not a Pulsar schema type"),
+    ({"value.schema.type": "avro"}, "value.schema.definition", "needs the schema definition"),
+])
+def test_sink_declared_schema_errors_name_the_key(extra, key, words):
+    issues = PulsarSinkConnector.validate({"service.url": "pulsar://h:1", **extra})
+    assert [(i.key, words in i.message) for i in issues] == [(key, True)]
+    assert not PulsarSinkConnector.validate({"service.url": "pulsar://h:1", "value.schema.type": "avro",
+                                             "value.schema.definition": "{}"})
+
+
 def test_sink_chunking_needs_batching_off_and_token_is_secret():
     issues = PulsarSinkConnector.validate({"service.url": "pulsar://h:1", "chunking.enabled": "true"})
     assert [i.key for i in issues] == ["chunking.enabled"]
