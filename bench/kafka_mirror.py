@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,12 +25,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_util import timed_epoch  # noqa: E402
+
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
-from worker.driver import Driver  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
-from worker.pipeline import parse_pipeline  # noqa: E402
-from worker.spark import SparkExecutor, build_spark  # noqa: E402
-from worker.store import OffsetStore  # noqa: E402
+from worker.spark import build_spark  # noqa: E402
 
 PARTITIONS = 2
 
@@ -90,34 +88,10 @@ def raw_loop(src: str, dst: str, topic: str, target: str, records: int) -> float
 
 
 def framework_epoch(spark, src: str, dst: str, topic: str, target: str, records: int, tasks: int) -> float:
-    pipeline = parse_pipeline({"name": f"bench-{target}", "config": {
+    return timed_epoch(spark, f"bench-{target}", {
         "source.connector.class": "kafka", "source.bootstrap.servers": src, "source.topics": topic,
         "source.refresh.topics.interval.ms": "0",
-        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target,
-        "tasks.max": str(tasks), "epoch.max.ms": "600000", "epoch.max.records": str(records // tasks),
-        "max.in.flight.records": "100000"}})
-    with tempfile.TemporaryDirectory() as data:
-        store = OffsetStore(data)
-        driver = Driver(SparkExecutor(spark), store, [pipeline])
-        driver.run_epoch()  # the first epoch only persists the start positions (no records move)
-        t0 = time.perf_counter()
-        results = driver.run_epoch()
-        # Epochs end without draining; a stop drains what is still in flight (as the raw loop's
-        # final flush does), so the time covers every acknowledgement.
-        driver.stop_event.set()
-        tail = driver.run_epoch()
-        elapsed = time.perf_counter() - t0
-        committed = sum(o["offset"] + 1 for o in driver.runtimes[0].offsets.values())
-        driver.close()
-        store.close()
-    inside = max(r.ended_at for r in results) - min(r.started_at for r in results)
-    print(f"    framework {tasks} task(s): {elapsed:.2f} s end to end, {inside:.2f} s inside the task pair epoch(s)",
-          flush=True)
-    moved = sum(r.stats["records"] for r in results)
-    failed = [r.trace for r in results + tail if r.state != "RUNNING"]
-    assert not failed, failed[0]
-    assert moved == records == committed, f"framework moved {moved} of {records}, committed {committed}"
-    return elapsed
+        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target}, records, tasks)
 
 
 def main() -> None:

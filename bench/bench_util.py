@@ -1,0 +1,40 @@
+"""What the mirror benchmarks share: one timed epoch of a pipeline through the Spark driver."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+from worker.driver import Driver
+from worker.pipeline import parse_pipeline
+from worker.spark import SparkExecutor
+from worker.store import OffsetStore
+
+
+def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: int) -> float:
+    """Seconds for ``records`` records to move and be acknowledged in one epoch of ``config`` (a
+    pipeline's keys; epoch bounds are set here), after a first epoch that only persists start
+    positions. A stop follows the epoch and drains what is still in flight, as a raw loop's final
+    flush does, so the time covers every acknowledgement."""
+    pipeline = parse_pipeline({"name": name, "config": {
+        **config, "tasks.max": str(tasks), "epoch.max.ms": "600000", "epoch.max.records": str(records // tasks),
+        "max.in.flight.records": "100000"}})
+    with tempfile.TemporaryDirectory() as data:
+        store = OffsetStore(data)
+        driver = Driver(SparkExecutor(spark), store, [pipeline])
+        driver.run_epoch()
+        t0 = time.perf_counter()
+        results = driver.run_epoch()
+        driver.stop_event.set()
+        tail = driver.run_epoch()
+        elapsed = time.perf_counter() - t0
+        driver.close()
+        store.close()
+    inside = max(r.ended_at for r in results) - min(r.started_at for r in results)
+    print(f"    framework {tasks} task(s): {elapsed:.2f} s end to end, {inside:.2f} s inside the task pair epoch(s)",
+          flush=True)
+    moved = sum(r.stats["records"] for r in results)
+    failed = [r.trace for r in results + tail if r.state != "RUNNING"]
+    assert not failed, failed[0]
+    assert moved == records, f"framework moved {moved} of {records}"
+    return elapsed
