@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test bench lint clean
+.PHONY: demo demo-pulsar test bench lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml
 
 demo: $(VENV)/.installed
 	$(PY) -m worker.demo
+
+demo-pulsar: $(VENV)/.installed
+	$(PY) -m worker.demo --target pulsar
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check connect connectors worker bench tests

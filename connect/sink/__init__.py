@@ -42,7 +42,22 @@ from typing import Any, Callable, Mapping, Sequence
 
 from connect.records import ConnectRecord, SourceOffset, SourcePartition
 
-__all__ = ["SinkTask", "SinkTaskContext", "ErrantRecordReporter"]
+__all__ = ["SinkTask", "SinkTaskContext", "ErrantRecordReporter", "Outstanding"]
+
+
+class Outstanding:
+    """For asynchronous sinks: how many records put after one checkpoint have no outcome yet.
+
+    A sink counts ``left`` up as it sends and down as each success or failure report is served;
+    ``checkpoint`` starts a new one and returns the old one's ``done``."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = 0
+
+    def done(self) -> bool:
+        return self.left <= 0
 
 
 class ErrantRecordReporter:

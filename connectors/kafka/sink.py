@@ -37,7 +37,7 @@ from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
 from connect.errors import ConnectError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord
-from connect.sink import SinkTask
+from connect.sink import Outstanding, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.kafka.clients import POOL, client_config
 from connectors.kafka.topics import TargetTopics
@@ -101,18 +101,6 @@ class DeliveryError(ConnectError):
 
 
 
-class _Outstanding:
-    """Records put after one checkpoint and not yet reported on (success or failure)."""
-
-    __slots__ = ("left",)
-
-    def __init__(self) -> None:
-        self.left = 0
-
-    def done(self) -> bool:
-        return self.left <= 0
-
-
 class KafkaSinkConnector(SinkConnector):
     @classmethod
     def config_def(cls) -> ConfigDef:
@@ -147,7 +135,7 @@ class KafkaSinkTask(SinkTask):
         self._tainted = False  # a producer that saw a failed delivery is never pooled for reuse
         self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
         self._conf["delivery.report.only.error"] = False  # checkpoints count every outcome
-        self._gen = _Outstanding()
+        self._gen = Outstanding()
         self._producer = POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
@@ -155,7 +143,7 @@ class KafkaSinkTask(SinkTask):
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partitions)
         self._warned_small: set[str] = set()
 
-    def _on_delivery(self, record: ConnectRecord, gen: _Outstanding, err: KafkaError | None, msg) -> None:
+    def _on_delivery(self, record: ConnectRecord, gen: Outstanding, err: KafkaError | None, msg) -> None:
         """Bound to its record and checkpoint by ``partial`` at produce time; librdkafka calls it
         once per record. A failure is reported before its checkpoint counts it."""
         if err is not None:
@@ -227,7 +215,7 @@ class KafkaSinkTask(SinkTask):
             gen.left += sent
         self._producer.poll(0)
 
-    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, gen: _Outstanding
+    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, gen: Outstanding
                      ) -> bool:
         """The rare paths: bytes-like payloads librdkafka does not take as they are, or a record
         refused before sending (larger than message.max.bytes, a payload that is no bytes).
@@ -252,12 +240,12 @@ class KafkaSinkTask(SinkTask):
         self.context.errant_record_reporter.report(r, error)
         return False
 
-    def _produce_bound(self, topic: str, value, key, part: int, headers, r: ConnectRecord, gen: _Outstanding) -> None:
+    def _produce_bound(self, topic: str, value, key, part: int, headers, r: ConnectRecord, gen: Outstanding) -> None:
         """One produce off the hot path (``put`` inlines the same call), its report bound to ``r`` and ``gen``."""
         self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r, gen),
                                timestamp=r.timestamp or 0, headers=headers)
 
-    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, gen: _Outstanding) -> bool:
+    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, gen: Outstanding) -> bool:
         while True:
             left = self.context.time_left()
             self._producer.poll(min(0.05, left))
@@ -281,7 +269,7 @@ class KafkaSinkTask(SinkTask):
                         "records beyond them are partitioned by key", topic, count)
 
     def checkpoint(self):
-        gen, self._gen = self._gen, _Outstanding()
+        gen, self._gen = self._gen, Outstanding()
         return gen.done
 
     def _serve(self, call):

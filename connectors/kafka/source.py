@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from typing import Any, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
-from connect.connector import SourceConnector
-from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
+from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
 from connectors.kafka.clients import POOL, client_config
 
 __all__ = ["KafkaSourceConnector", "KafkaSourceTask"]
@@ -34,8 +33,6 @@ __all__ = ["KafkaSourceConnector", "KafkaSourceTask"]
 log = logging.getLogger(__name__)
 
 TIMESTAMP_FLOOR = "start.timestamp.ms"  # in a persisted start offset: drop older records until one is not
-ASSIGNMENT_KEY = "task.assignment"  # "topic:partition,..." written by the connector
-EARLIEST_KEY = "task.assignment.earliest"  # partitions discovered after start: begin at earliest
 
 CONFIG = (
     ConfigDef()
@@ -70,33 +67,12 @@ CONSUMER_DEFAULTS = {
 }
 
 
-def _parse_assignment(text: str) -> list[tuple[str, int]]:
-    out = []
-    for item in text.split(","):
-        if item.strip():
-            topic, _, part = item.strip().rpartition(":")
-            out.append((topic, int(part)))
-    return out
+class KafkaSourceConnector(PartitionedSourceConnector):
+    separator = ":"
 
-
-class KafkaSourceConnector(SourceConnector):
     @classmethod
     def config_def(cls) -> ConfigDef:
         return CONFIG
-
-    @classmethod
-    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        issues = super().validate(config)
-        if not config.get("topics") and not config.get("topics.regex"):
-            issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
-        elif config.get("topics") and config.get("topics.regex"):
-            issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
-        if str(config.get("start.position", "")).lower() == "timestamp":
-            raw = config.get("start.timestamp.ms")
-            if raw is None or not str(raw).strip().isdigit():
-                issues.append(ConfigIssue("start.timestamp.ms", raw,
-                                          "must be epoch milliseconds >= 0 when start.position=timestamp"))
-        return issues
 
     @classmethod
     def task_class(cls) -> type:
@@ -106,17 +82,7 @@ class KafkaSourceConnector(SourceConnector):
         super().start(config)
         self._cfg = CONFIG.parse(config)
         self._admin = POOL.acquire("admin", "connector", client_config(config, "admin"))
-        self._initial: set[tuple[str, int]] | None = None
-        self._lock = threading.Lock()
-        self._partitions = self._list_partitions()
-        self._initial = set(self._partitions)
-        self._stop = threading.Event()
-        interval = self._cfg["refresh.topics.interval.ms"]
-        self._thread = None
-        if interval > 0:
-            self._thread = threading.Thread(target=self._watch, args=(interval / 1000,), daemon=True,
-                                            name="kafka-source-topic-watch")
-            self._thread.start()
+        self._start_watching(self._cfg["refresh.topics.interval.ms"])
 
     def _matches(self, topic: str) -> bool:
         if re.fullmatch(self._cfg["topics.exclude"], topic):
@@ -133,44 +99,8 @@ class KafkaSourceConnector(SourceConnector):
         return sorted((t, p) for t, md in metadata.topics.items() if md.error is None and self._matches(t)
                       for p in md.partitions)
 
-    def _watch(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                current = self._list_partitions()
-            except ConnectError as exc:
-                log.warning("topic refresh failed: %s", exc)
-                continue
-            with self._lock:
-                changed = current != self._partitions
-                self._partitions = current
-            if changed and self.context is not None:
-                log.info("source partitions changed (%d now); requesting task reconfiguration", len(current))
-                self.context.request_task_reconfiguration()
-
-    def source_topics(self) -> dict[str, int]:
-        with self._lock:
-            partitions = list(self._partitions)
-        counts: dict[str, int] = {}
-        for topic, part in partitions:
-            counts[topic] = max(counts.get(topic, 0), part + 1)
-        return counts
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
-        with self._lock:
-            partitions = list(self._partitions)
-        if not partitions:
-            return []
-        groups = [partitions[i::max_tasks] for i in range(min(max_tasks, len(partitions)))]
-        initial = self._initial or set()
-        return [{**self.config,
-                 ASSIGNMENT_KEY: ",".join(f"{t}:{p}" for t, p in group),
-                 EARLIEST_KEY: ",".join(f"{t}:{p}" for t, p in group if (t, p) not in initial)}
-                for group in groups]
-
     def stop(self) -> None:
-        if getattr(self, "_thread", None) is not None:
-            self._stop.set()
-            self._thread.join(timeout=5)
+        self._stop_watching()
         if getattr(self, "_admin", None) is not None:
             POOL.release("admin", "connector", client_config(self.config, "admin"), self._admin)
             self._admin = None
@@ -184,8 +114,8 @@ class KafkaSourceTask(SourceTask):
         self._timeout = cfg["poll.timeout.ms"] / 1000
         self._conf = client_config(config, "consumer", {**CONSUMER_DEFAULTS, "group.id": f"connect-{context.task_id}"})
         self._owner = context.task_id
-        assignment = _parse_assignment(config.get(ASSIGNMENT_KEY, ""))
-        earliest = set(_parse_assignment(config.get(EARLIEST_KEY, "")))
+        assignment = parse_assignment(config.get(ASSIGNMENT_KEY, ""), KafkaSourceConnector.separator)
+        earliest = set(parse_assignment(config.get(EARLIEST_KEY, ""), KafkaSourceConnector.separator))
         self._sp: dict[str, dict[int, dict]] = {}
         for topic, part in assignment:
             self._sp.setdefault(topic, {})[part] = {"topic": topic, "partition": part}

@@ -38,7 +38,7 @@ from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, ValueSchema
-from connect.sink import SinkTask
+from connect.sink import Outstanding, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import message_fields
@@ -85,18 +85,6 @@ def _results():
     permanent = {r.MessageTooBig, r.InvalidMessage, r.AuthorizationError, r.AuthenticationError,
                  r.TopicTerminated, r.InvalidTopicName, r.NotAllowedError}
     return r.Ok, permanent
-
-
-class _Outstanding:
-    """Records put after one checkpoint with no outcome served yet."""
-
-    __slots__ = ("left",)
-
-    def __init__(self) -> None:
-        self.left = 0
-
-    def done(self) -> bool:
-        return self.left <= 0
 
 
 class PulsarSinkConnector(SinkConnector):
@@ -146,7 +134,7 @@ class PulsarSinkTask(SinkTask):
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partition count)
         self._outcomes: collections.deque = collections.deque()  # (record, gen, result), from IO threads
         self._arrived = threading.Event()
-        self._gen = _Outstanding()
+        self._gen = Outstanding()
         self._pending = 0  # sent, outcome not served yet
         self._max_pending = cfg["max.pending.messages"]
         self._mode = cfg["routing.mode"]
@@ -300,7 +288,7 @@ class PulsarSinkTask(SinkTask):
         self.context.errant_record_reporter.report(r, error)
 
     def checkpoint(self):
-        gen, self._gen = self._gen, _Outstanding()
+        gen, self._gen = self._gen, Outstanding()
         return gen.done
 
     def wait_outcomes(self, timeout: float) -> None:

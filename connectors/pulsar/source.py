@@ -33,15 +33,14 @@ from __future__ import annotations
 import base64
 import logging
 import re
-import threading
 import time
 from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Importance, Type, at_least, one_of, valid_regex
-from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
+from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import BASE64_KEY, BASE64_PROPERTIES, ORDERING_KEY_HEADER
 from connectors.pulsar.schemas import SchemaLookup
@@ -51,8 +50,6 @@ __all__ = ["PulsarSourceConnector", "PulsarSourceTask"]
 log = logging.getLogger(__name__)
 
 TIMESTAMP_FLOOR = "start.timestamp.ms"  # in a persisted start: drop messages published before it
-ASSIGNMENT_KEY = "task.assignment"  # "topic|partition,..." written by the connector
-EARLIEST_KEY = "task.assignment.earliest"  # partitions found after the connector started
 _PARTITION = re.compile(r"^(.*)-partition-(\d+)$")
 
 CONFIG = CLIENT_CONFIG.merge(
@@ -123,16 +120,9 @@ def list_namespace_topics(admin_url: str, namespace: str, cfg: Mapping[str, Any]
     return names
 
 
-def _parse_assignment(text: str) -> list[tuple[str, int]]:
-    out = []
-    for item in text.split(","):
-        if item.strip():
-            topic, _, part = item.strip().rpartition("|")
-            out.append((topic, int(part)))
-    return out
+class PulsarSourceConnector(PartitionedSourceConnector):
+    separator = "|"  # full Pulsar names hold ":" (persistent://...)
 
-
-class PulsarSourceConnector(SourceConnector):
     @classmethod
     def config_def(cls) -> ConfigDef:
         return CONFIG
@@ -140,15 +130,6 @@ class PulsarSourceConnector(SourceConnector):
     @classmethod
     def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().validate(config) + client_issues(config)
-        if not config.get("topics") and not config.get("topics.regex"):
-            issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
-        elif config.get("topics") and config.get("topics.regex"):
-            issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
-        if str(config.get("start.position", "")).lower() == "timestamp":
-            raw = config.get("start.timestamp.ms")
-            if raw is None or not str(raw).strip().isdigit():
-                issues.append(ConfigIssue("start.timestamp.ms", raw,
-                                          "must be epoch milliseconds >= 0 when start.position=timestamp"))
         namespace = str(config.get("topics.namespace", "public/default"))
         if config.get("topics.regex") and namespace.count("/") != 1:
             issues.append(ConfigIssue("topics.namespace", namespace, "must be tenant/namespace"))
@@ -166,17 +147,7 @@ class PulsarSourceConnector(SourceConnector):
         self._cfg = CONFIG.parse(config)
         self._settings = client_settings(self._cfg)
         self._client = CLIENTS.acquire(self._settings)
-        self._lock = threading.Lock()
-        self._initial: set[tuple[str, int]] | None = None
-        self._partitions = self._list_partitions()
-        self._initial = set(self._partitions)
-        self._stop = threading.Event()
-        self._thread = None
-        interval = self._cfg["refresh.topics.interval.ms"]
-        if interval > 0:
-            self._thread = threading.Thread(target=self._watch, args=(interval / 1000,), daemon=True,
-                                            name="pulsar-source-topic-watch")
-            self._thread.start()
+        self._start_watching(self._cfg["refresh.topics.interval.ms"])
 
     def _topics(self) -> list[str]:
         if self._cfg["topics"]:
@@ -201,44 +172,8 @@ class PulsarSourceConnector(SourceConnector):
                 out.append((topic, split_partition(name)[1]))
         return sorted(set(out))
 
-    def _watch(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                current = self._list_partitions()
-            except ConnectError as exc:
-                log.warning("topic refresh failed: %s", exc)
-                continue
-            with self._lock:
-                changed = current != self._partitions
-                self._partitions = current
-            if changed and self.context is not None:
-                log.info("Pulsar source partitions changed (%d now); requesting task reconfiguration", len(current))
-                self.context.request_task_reconfiguration()
-
-    def source_topics(self) -> dict[str, int]:
-        with self._lock:
-            partitions = list(self._partitions)
-        counts: dict[str, int] = {}
-        for topic, part in partitions:
-            counts[topic] = max(counts.get(topic, 0), part + 1)
-        return counts
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
-        with self._lock:
-            partitions = list(self._partitions)
-        if not partitions:
-            return []
-        groups = [partitions[i::max_tasks] for i in range(min(max_tasks, len(partitions)))]
-        initial = self._initial or set()
-        return [{**self.config,
-                 ASSIGNMENT_KEY: ",".join(f"{t}|{p}" for t, p in group),
-                 EARLIEST_KEY: ",".join(f"{t}|{p}" for t, p in group if (t, p) not in initial)}
-                for group in groups]
-
     def stop(self) -> None:
-        if getattr(self, "_thread", None) is not None:
-            self._stop.set()
-            self._thread.join(timeout=5)
+        self._stop_watching()
         if getattr(self, "_client", None) is not None:
             CLIENTS.release(self._settings)
             self._client = None
@@ -255,8 +190,8 @@ class PulsarSourceTask(SourceTask):
         self._timeout_ms = cfg["poll.timeout.ms"]
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
-        assignment = _parse_assignment(config.get(ASSIGNMENT_KEY, ""))
-        earliest = set(_parse_assignment(config.get(EARLIEST_KEY, "")))
+        assignment = parse_assignment(config.get(ASSIGNMENT_KEY, ""), PulsarSourceConnector.separator)
+        earliest = set(parse_assignment(config.get(EARLIEST_KEY, ""), PulsarSourceConnector.separator))
         reader = context.offset_storage_reader
         self._schemas = SchemaLookup(self._client, pulsar) if cfg["schemas.enabled"] else None
         # [reader, source partition, index, topic, publish-time floor or None, message held or None]

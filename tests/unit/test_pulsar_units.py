@@ -123,7 +123,8 @@ def test_namespace_listing_errors_say_what_was_wrong(admin):
         list_namespace_topics(admin, "acme/busy", {})
 
 
-@pytest.mark.parametrize("name", ["pulsar-to-pulsar", "kafka-to-pulsar", "pulsar-to-kafka", "demo-mirror"])
+@pytest.mark.parametrize("name", ["pulsar-to-pulsar", "kafka-to-pulsar", "pulsar-to-kafka", "demo-mirror",
+                                  "demo-kafka-to-pulsar"])
 def test_example_configs_in_conf_are_valid(name):
     from pathlib import Path
 

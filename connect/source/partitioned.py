@@ -1,0 +1,115 @@
+"""A source connector whose work is a set of (topic, partition) pairs: what the broker sources share.
+
+``PartitionedSourceConnector`` lists the partitions at start (``_list_partitions``, written by each
+broker's connector), divides them across tasks round robin, and re-lists them every
+``refresh.topics.interval.ms`` in a background thread, asking the worker for new task configs
+when they change (new topics, added partitions). Partitions found after the connector started are
+marked so that their tasks read them from the earliest position, whatever ``start.position`` says
+(they were created after the connector was told where to start, so all their data is new).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Mapping
+
+from connect.connector import SourceConnector
+from connect.errors import ConfigIssue, ConnectError
+
+__all__ = ["PartitionedSourceConnector", "parse_assignment", "ASSIGNMENT_KEY", "EARLIEST_KEY"]
+
+log = logging.getLogger(__name__)
+
+ASSIGNMENT_KEY = "task.assignment"  # "<topic><sep><partition>,..." written by the connector
+EARLIEST_KEY = "task.assignment.earliest"  # partitions found after the connector started: begin at earliest
+
+
+def parse_assignment(text: str, separator: str) -> list[tuple[str, int]]:
+    """``task.assignment``'s pairs (the partition is after the last separator)."""
+    out = []
+    for item in text.split(","):
+        if item.strip():
+            topic, _, part = item.strip().rpartition(separator)
+            out.append((topic, int(part)))
+    return out
+
+
+class PartitionedSourceConnector(SourceConnector):
+    """Subclasses set ``separator`` (a character topic names cannot end with before the partition
+    number), implement ``_list_partitions`` and call ``_start_watching`` from ``start``."""
+
+    separator = ":"
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().validate(config)
+        if not config.get("topics") and not config.get("topics.regex"):
+            issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
+        elif config.get("topics") and config.get("topics.regex"):
+            issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
+        if str(config.get("start.position", "")).lower() == "timestamp":
+            raw = config.get("start.timestamp.ms")
+            if raw is None or not str(raw).strip().isdigit():
+                issues.append(ConfigIssue("start.timestamp.ms", raw,
+                                          "must be epoch milliseconds >= 0 when start.position=timestamp"))
+        return issues
+
+    def _list_partitions(self) -> list[tuple[str, int]]:
+        """Every (topic, partition) the connector reads now, sorted; RetriableError when the
+        cluster cannot be asked."""
+        raise NotImplementedError
+
+    def _start_watching(self, interval_ms: int) -> None:
+        self._lock = threading.Lock()
+        self._initial: set[tuple[str, int]] | None = None
+        self._partitions = self._list_partitions()
+        self._initial = set(self._partitions)
+        self._stop = threading.Event()
+        self._thread = None
+        if interval_ms > 0:
+            self._thread = threading.Thread(target=self._watch, args=(interval_ms / 1000,), daemon=True,
+                                            name=f"{type(self).__name__}-topic-watch")
+            self._thread.start()
+
+    def _watch(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                current = self._list_partitions()
+            except ConnectError as exc:
+                log.warning("topic refresh failed: %s", exc)
+                continue
+            with self._lock:
+                changed = current != self._partitions
+                self._partitions = current
+            if changed and self.context is not None:
+                log.info("%s: source partitions changed (%d now); requesting task reconfiguration",
+                         type(self).__name__, len(current))
+                self.context.request_task_reconfiguration()
+
+    def source_topics(self) -> dict[str, int]:
+        with self._lock:
+            partitions = list(self._partitions)
+        counts: dict[str, int] = {}
+        for topic, part in partitions:
+            counts[topic] = max(counts.get(topic, 0), part + 1)
+        return counts
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
+        with self._lock:
+            partitions = list(self._partitions)
+        if not partitions:
+            return []
+        groups = [partitions[i::max_tasks] for i in range(min(max_tasks, len(partitions)))]
+        initial = self._initial or set()
+        sep = self.separator
+        return [{**self.config,
+                 ASSIGNMENT_KEY: ",".join(f"{t}{sep}{p}" for t, p in group),
+                 EARLIEST_KEY: ",".join(f"{t}{sep}{p}" for t, p in group if (t, p) not in initial)}
+                for group in groups]
+
+    def _stop_watching(self) -> None:
+        if getattr(self, "_thread", None) is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self._thread = None
