@@ -127,6 +127,9 @@ class PulsarSinkTask(SinkTask):
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
         self._ok, self._permanent = _results()
+        import _pulsar
+
+        self._builder = _pulsar.MessageBuilder
         self._producers: dict[str, list] = {}  # target (partition) topic -> [producer, its schema or None]
         declared = cfg["value.schema.type"].upper()
         self._declared = (ValueSchema(declared, cfg["value.schema.definition"], cfg["value.schema.name"])
@@ -195,6 +198,7 @@ class PulsarSinkTask(SinkTask):
         gen = self._gen
         outcomes = self._outcomes
         arrived = self._arrived
+        builder = self._builder
         sent = 0
         try:
             for i, r in enumerate(records):
@@ -213,9 +217,7 @@ class PulsarSinkTask(SinkTask):
                     break
                 key, properties, ordering = message_fields(r.key, r.headers)
                 value = r.value
-                if value is None:
-                    value = b""
-                elif value.__class__ is not bytes:
+                if value is not None and value.__class__ is not bytes:
                     try:
                         value = bytes(value)
                     except TypeError:
@@ -223,20 +225,29 @@ class PulsarSinkTask(SinkTask):
                             f"record {r.position()} has a {type(value).__name__} value: Pulsar payloads are bytes "
                             "(set the sink's value.converter)"))
                         continue
-                kwargs: dict[str, Any] = {"properties": properties}
-                if key is not None:
-                    kwargs["partition_key"] = key
-                if ordering is not None:
-                    kwargs["ordering_key"] = ordering.decode("utf-8", "replace")
-                if r.timestamp:
-                    kwargs["event_timestamp"] = r.timestamp
 
                 def done(res, _mid, r=r, gen=gen):
                     outcomes.append((r, gen, res))
                     arrived.set()
 
                 try:
-                    producer.send_async(value, done, **kwargs)
+                    # The extension's message builder and producer directly: pulsar.Producer.send_async
+                    # type-checks ten arguments per message. A None value is Pulsar's null value
+                    # (a tombstone on compacted topics), as a Kafka tombstone is.
+                    mb = builder()
+                    if value is None:
+                        mb.set_null_value()
+                    else:
+                        mb.content(value)
+                    if properties:
+                        mb.properties(properties)
+                    if key is not None:
+                        mb.partition_key(key)
+                    if ordering is not None:
+                        mb.ordering_key(ordering.decode("utf-8", "replace"))
+                    if r.timestamp:
+                        mb.event_timestamp(r.timestamp)
+                    producer._producer.send_async(mb.build(), done)
                 except Exception as exc:  # noqa: BLE001 - refused before sending
                     self._refused(records, i, exc)
                     break

@@ -201,3 +201,41 @@ def test_a_record_pulsar_refuses_goes_to_the_dead_letter_topic_and_is_counted(ka
     assert len(dead) == 1 and dead[0].data() == b"x" * 5_400_000 and dead[0].partition_key() == "4"
     props = dead[0].properties()
     assert props["__connect.errors.offset"] == "4" and "MessageTooBig" in props["__connect.errors.exception.message"]
+
+
+def test_a_kafka_tombstone_is_a_pulsar_null_value_and_comes_back_a_tombstone(kafka_pair, pulsar_pair, spark, tmp_path,
+                                                                             unique):
+    """Kafka -> Pulsar -> Kafka: a record with no value (a tombstone, which deletes its key on a
+    compacted topic) is written to Pulsar as a null value, not as an empty payload, and read back
+    as a record with no value."""
+    from confluent_kafka import Producer
+
+    kafka, _ = kafka_pair
+    _, dst = pulsar_pair
+    name = f"tomb-{unique.rsplit('-', 1)[1]}"
+    kafka_create_topic(kafka.bootstrap, name, 1)
+    kafka_create_topic(kafka.bootstrap, f"{name}-back", 1)
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for key, value in ((b"k1", b"a"), (b"k2", None), (b"k3", b"")):
+        p.produce(name, value, key, partition=0)
+    assert p.flush(30) == 0
+    target = f"persistent://public/default/{name}"
+    to_pulsar = make_driver(spark, tmp_path / "there", pair_pipeline(
+        unique, {"connector.class": "kafka", "bootstrap.servers": kafka.bootstrap, "topics": name},
+        {"connector.class": "pulsar", "service.url": dst.service_url, "topic": target}))
+    try:
+        assert run_until(to_pulsar, 3) == 3
+    finally:
+        to_pulsar.close()
+    msgs = consume_all(dst, target, 0, 3)[-1]
+    assert [(m.partition_key(), m.data(), m._message.has_null_value()) for m in msgs] == [
+        ("k1", b"a", False), ("k2", b"", True), ("k3", b"", False)]
+    back = make_driver(spark, tmp_path / "back", pair_pipeline(
+        f"{unique}-back", {"connector.class": "pulsar", "service.url": dst.service_url, "topics": target},
+        {"connector.class": "kafka", "bootstrap.servers": kafka.bootstrap, "topic": f"{name}-back"}))
+    try:
+        assert run_until(back, 3) == 3
+    finally:
+        back.close()
+    assert [(m.key(), m.value()) for m in kafka_consume_all(kafka.bootstrap, f"{name}-back", [0], 3)] == [
+        (b"k1", b"a"), (b"k2", None), (b"k3", b"")]
