@@ -77,3 +77,17 @@ def committed_in_store(data_dir: Path) -> int:
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT offset FROM offsets").fetchall()
     return sum(orjson.loads(r[0])["offset"] + 1 for r in rows)
+
+
+def assert_delivered_in_order(indexes: list[int], expected: list[int], what: str = "") -> None:
+    """Every expected record arrived, and the first copies in source order. At-least-once allows a
+    re-send to repeat records (a transient failure, an epoch deadline), never a gap or reordering."""
+    got = set(indexes)
+    missing = [i for i in expected if i not in got]
+    assert not missing, f"{what}: {len(missing)} record(s) missing, first {missing[:5]}"
+    assert got == set(expected), f"{what}: unexpected records {sorted(got - set(expected))[:5]}"
+    first: dict[int, int] = {}
+    for pos, i in enumerate(indexes):
+        first.setdefault(i, pos)
+    order = [first[i] for i in expected]
+    assert order == sorted(order), f"{what}: first copies out of source order"

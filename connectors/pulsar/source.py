@@ -68,6 +68,10 @@ CONFIG = CLIENT_CONFIG.merge(
     .define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
     .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
     .define("receiver.queue.size", Type.INT, 5000, "Messages each reader prefetches.", validator=at_least(1))
+    .define("reader.stall.check.ms", Type.INT, 5000,
+            "A reader that finds nothing for this long while the broker has messages after the last one it "
+            "delivered is opened again there (a guard against readers stalled after a reconnection); 0 disables.",
+            validator=at_least(0))
     .define("schemas.enabled", Type.BOOLEAN, True,
             "Carry each message's schema (looked up by version on the source broker) on its record (PIP-87).")
     .define("refresh.topics.interval.ms", Type.INT, 30_000,
@@ -179,6 +183,28 @@ class PulsarSourceConnector(PartitionedSourceConnector):
             self._client = None
 
 
+class _Partition:
+    """One assigned partition: its reader and where it stands."""
+
+    __slots__ = ("reader", "sp", "part", "topic", "floor", "held", "last", "idle_since", "check", "start")
+
+    def __init__(self, reader, sp: dict, part: int, topic: str, floor, start: tuple) -> None:
+        self.reader = reader
+        self.sp = sp
+        self.part = part
+        self.topic = topic
+        self.floor = floor  # publish-time floor of a timestamp start, until the first message at or after it
+        self.held = None  # a message whose schema lookup failed: read again first
+        self.last: tuple | None = None  # (ledger, entry, batch) of the last message delivered
+        self.idle_since: float | None = None  # since when reads found nothing buffered
+        self.check: list | None = None  # an asynchronous has-message-available question in flight
+        self.start = start  # (message id, inclusive): where the reader began
+
+    @property
+    def name(self) -> str:
+        return partition_topic(self.topic, self.part)
+
+
 class PulsarSourceTask(SourceTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         import pulsar
@@ -188,29 +214,34 @@ class PulsarSourceTask(SourceTask):
         self.context = context
         self._batch = cfg["poll.batch.size"]
         self._timeout_ms = cfg["poll.timeout.ms"]
+        self._queue = cfg["receiver.queue.size"]
+        self._stall_s = cfg["reader.stall.check.ms"] / 1000
         self._settings = client_settings(cfg)
+        self._service = cfg["service.url"]
         self._client = CLIENTS.acquire(self._settings)
         assignment = parse_assignment(config.get(ASSIGNMENT_KEY, ""), PulsarSourceConnector.separator)
         earliest = set(parse_assignment(config.get(EARLIEST_KEY, ""), PulsarSourceConnector.separator))
         reader = context.offset_storage_reader
         self._schemas = SchemaLookup(self._client, pulsar) if cfg["schemas.enabled"] else None
-        # [reader, source partition, index, topic, publish-time floor or None, message held or None]
-        self._readers: list[list] = []
+        self._readers: list[_Partition] = []
         self._start_offsets: dict[str, dict] = {}
         self._next = 0
+        self.duplicates_dropped = 0
+        self.readers_reopened = 0
+        for topic, part in assignment:
+            sp = {"topic": topic, "partition": part}
+            committed = reader.offset(sp)
+            start_id, inclusive, floor = self._start(cfg, sp, committed, (topic, part) in earliest)
+            entry = _Partition(None, sp, part, topic, floor, (start_id, inclusive))
+            entry.reader = self._open(entry.name, start_id, inclusive)
+            self._readers.append(entry)
+
+    def _open(self, name: str, start_id, inclusive: bool):
         try:
-            for topic, part in assignment:
-                sp = {"topic": topic, "partition": part}
-                committed = reader.offset(sp)
-                start_id, inclusive, floor = self._start(cfg, sp, committed, (topic, part) in earliest)
-                name = partition_topic(topic, part)
-                r = self._client.create_reader(name, start_id, receiver_queue_size=cfg["receiver.queue.size"],
-                                               start_message_id_inclusive=inclusive)
-                self._readers.append([r, sp, part, topic, floor, None])
-        except ConnectError:
-            raise
+            return self._client.create_reader(name, start_id, receiver_queue_size=self._queue,
+                                              start_message_id_inclusive=inclusive)
         except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
-            raise RetriableError(f"cannot open a reader on {cfg['service.url']}: {exc}") from exc
+            raise RetriableError(f"cannot open a reader on {name} at {self._service}: {exc}") from exc
 
     def _start(self, cfg, sp: dict, committed: Mapping[str, Any] | None, discovered_late: bool):
         """(start message id, inclusive?, publish-time floor or None).
@@ -220,12 +251,16 @@ class PulsarSourceTask(SourceTask):
         timestamp start reads from the earliest message and drops those published before it, per
         partition, until the first one at or after it (the floor is persisted with the start):
         it needs no seek, which not every Pulsar-compatible broker serves.
+
+        Never inclusive: ``earliest`` is a sentinel before the first message, and a reader whose
+        start is inclusive re-subscribes inclusively after a reconnection, delivering its last
+        message again.
         """
         pulsar = self._pulsar
         if committed is not None:
             floor = committed.get(TIMESTAMP_FLOOR)
             if int(committed["ledger"]) < 0:
-                return pulsar.MessageId.earliest, True, floor
+                return pulsar.MessageId.earliest, False, floor
             mid = pulsar.MessageId(-1, int(committed["ledger"]), int(committed["entry"]), int(committed.get("batch", -1)))
             return mid, False, floor
         if cfg["start.position"] == "latest" and not discovered_late:
@@ -236,7 +271,7 @@ class PulsarSourceTask(SourceTask):
         if cfg["start.position"] == "timestamp" and not discovered_late:
             floor = start[TIMESTAMP_FLOOR] = cfg["start.timestamp.ms"]
         self._start_offsets[partition_key(sp)] = start
-        return pulsar.MessageId.earliest, True, floor
+        return pulsar.MessageId.earliest, False, floor
 
     def start_offsets(self) -> dict[str, dict]:
         return self._start_offsets
@@ -247,102 +282,171 @@ class PulsarSourceTask(SourceTask):
             time.sleep(min(self._timeout_ms / 1000, self.context.time_left()))
             return []
         out: list[ConnectRecord] = []
-        timeout_error = self._pulsar.Timeout
         for entry in readers:
-            held = entry[5]
-            if held is not None:  # its schema lookup failed: ask again before reading on (raises while out is empty)
-                self._schemas.fetch(entry[3], held.int_schema_version())
+            if entry.held is not None:  # its schema lookup failed: ask again before reading on (raises while out is empty)
+                self._schemas.fetch(entry.topic, entry.held.int_schema_version())
         budget = self._batch
         wait_ms = max(int(min(self._timeout_ms / 1000, self.context.time_left()) * 1000), 0)
         # Round robin over the partitions: take what each has buffered; wait only when none had any.
         for turn in range(len(readers)):
             entry = readers[(self._next + turn) % len(readers)]
-            share = max(budget // (len(readers) - turn), 1)
-            try:
-                self._read(entry, share, 0, out)
-            except timeout_error:
-                pass
-            except Exception as exc:  # noqa: BLE001
-                raise RetriableError(f"reading {partition_topic(entry[3], entry[2])} failed: {exc}") from exc
+            self._read_guarded(entry, max(budget // (len(readers) - turn), 1), 0, out)
             budget = self._batch - len(out)
             if budget <= 0:
                 break
         self._next = (self._next + 1) % len(readers)
         if not out and wait_ms > 0:
-            entry = readers[self._next]
-            try:
-                self._read(entry, self._batch, wait_ms, out)
-            except timeout_error:
-                pass
-            except Exception as exc:  # noqa: BLE001
-                raise RetriableError(f"reading {partition_topic(entry[3], entry[2])} failed: {exc}") from exc
+            self._read_guarded(readers[self._next], self._batch, wait_ms, out)
         return out
 
-    def _read(self, entry: list, most: int, wait_ms: int, out: list) -> None:
-        """Up to ``most`` messages of one reader into ``out``; the first read waits ``wait_ms``."""
-        reader, sp, part, topic, floor, held = entry
+    def _read_guarded(self, entry: _Partition, most: int, wait_ms: int, out: list) -> None:
+        before = len(out)
+        try:
+            dropped = self._read(entry, most, wait_ms, out)
+        except self._pulsar.Timeout:
+            dropped = 0
+        except Exception as exc:  # noqa: BLE001
+            raise RetriableError(f"reading {entry.name} failed: {exc}") from exc
+        if dropped:
+            # A reader that delivers what it delivered before has re-subscribed from a stale
+            # position after a reconnection: its subscription is not trusted any more.
+            self.duplicates_dropped += dropped
+            self._reopen(entry, f"delivered {dropped} message(s) at or before the last one it delivered")
+        elif len(out) > before:
+            entry.idle_since = entry.check = None
+        else:
+            self._check_idle(entry)
+
+    def _check_idle(self, entry: _Partition) -> None:
+        """A reader with nothing buffered for ``reader.stall.check.ms`` while the broker says its
+        partition has messages after the last one delivered has stalled (seen after broker
+        restarts: the re-subscribed consumer gets no more messages): it is opened again.
+
+        The broker is asked asynchronously (``has_message_available`` blocks without a timeout
+        while the broker is away); the answer is looked at by a later poll, and only counts if
+        the reader delivered nothing meanwhile."""
+        if not self._stall_s:
+            return
+        now = time.monotonic()
+        if entry.idle_since is None:
+            entry.idle_since = now
+            return
+        check = entry.check
+        if check is not None:
+            if check[2] is None:  # not answered yet
+                if now - check[1] > max(2 * self._stall_s, 10.0):
+                    entry.check = None  # unanswered: ask again later (a late answer is ignored)
+                    entry.idle_since = now
+                return
+            entry.check = None
+            entry.idle_since = now
+            if check[2] and check[0] == entry.last:
+                self._reopen(entry, f"delivered nothing for {self._stall_s:g} s while the broker has more messages")
+            return
+        if now - entry.idle_since < self._stall_s:
+            return
+        check = entry.check = [entry.last, now, None]  # [last delivered when asked, asked at, answer]
+        ok = self._pulsar.Result.Ok
+
+        def answered(result, available, check=check) -> None:  # on the client's IO thread
+            check[2] = result == ok and bool(available)
+
+        try:
+            entry.reader._reader.has_message_available_async(answered)
+        except Exception as exc:  # noqa: BLE001 - the reader is closing or the broker unreachable: ask later
+            log.debug("checking %s for messages: %s", entry.name, exc)
+            entry.check = None
+            entry.idle_since = now
+
+    def _reopen(self, entry: _Partition, why: str) -> None:
+        """Close the partition's reader and open a new one just after the last message delivered."""
+        if entry.last is not None:
+            start_id, inclusive = self._pulsar.MessageId(-1, *entry.last), False
+        else:
+            start_id, inclusive = entry.start
+        log.warning("reader on %s %s: opened again after %s", entry.name, why, entry.last or "its start")
+        try:
+            entry.reader.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+        entry.reader = self._open(entry.name, start_id, inclusive)
+        entry.idle_since = entry.check = None
+        self.readers_reopened += 1
+
+    def _read(self, entry: _Partition, most: int, wait_ms: int, out: list) -> int:
+        """Up to ``most`` messages of one reader into ``out``; the first read waits ``wait_ms``.
+        Returns how many messages were dropped as at or before the last one delivered."""
+        sp, part, topic, floor = entry.sp, entry.part, entry.topic, entry.floor
         record = make_record
         append = out.append
         # The extension's reader and messages directly: pulsar.Reader.read_next wraps each message
         # in a Python object and type-checks its argument, pulsar.Message forwards every accessor:
         # two Python calls per field per message, on the hot path.
-        read = reader._reader.read_next
+        read = entry.reader._reader.read_next
         hint = part if part >= 0 else None
         schemas = self._schemas
-        if held is not None:
-            m, entry[5] = held, None
+        last = entry.last
+        dropped = 0
+        if entry.held is not None:
+            m, entry.held = entry.held, None
         else:
             m = read(wait_ms)
         taken = 0
-        while True:
-            taken += 1
-            if floor is not None and m.publish_timestamp() < floor:
-                pass  # published before the start time: not read
-            else:
-                floor = entry[4] = None
+        try:
+            while True:
+                taken += 1
                 mid = m.message_id()
-                props = m.properties()
-                key = m.partition_key() or None
-                headers = None
-                if props:
-                    if BASE64_KEY in props or BASE64_PROPERTIES in props:
-                        key, props = _decode_marked(key, props)
-                    headers = [(k, v if v.__class__ is bytes else v.encode()) for k, v in props.items()]
-                if key.__class__ is str:
-                    key = key.encode()
-                ordering = m.ordering_key()
-                if ordering:
-                    headers = (headers or []) + [(ORDERING_KEY_HEADER, ordering if ordering.__class__ is bytes
-                                                  else ordering.encode())]
-                schema = None
-                if schemas is not None:
-                    version = m.int_schema_version()  # -1: written without a schema
-                    if version >= 0:
-                        schema = schemas.get(topic, version)
-                        if schema is None:
-                            try:
-                                schema = schemas.fetch(topic, version)
-                            except RetriableError as exc:
-                                entry[5] = m  # read again first, next poll; what was read before it goes now
-                                log.warning("%s; holding %s", exc, partition_topic(topic, part))
-                                return
-                data = m.data()
-                if not data and m.has_null_value():
-                    data = None  # Pulsar's null value (a tombstone): Kafka's null value
-                append(record(topic, key, data, headers, m.event_timestamp() or m.publish_timestamp(), sp,
-                              {"ledger": mid.ledger_id(), "entry": mid.entry_id(), "batch": mid.batch_index()}, hint,
-                              schema))
-            if taken >= most or len(out) >= self._batch:
-                return
-            try:
-                m = read(0)  # raises Timeout when nothing is buffered: the caller moves on
-            except self._pulsar.Timeout:
-                return
+                pos = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+                if last is not None and pos <= last:
+                    dropped += 1  # delivered already (message ids only grow within a partition)
+                elif floor is not None and m.publish_timestamp() < floor:
+                    last = pos  # published before the start time: not read
+                else:
+                    floor = entry.floor = None
+                    props = m.properties()
+                    key = m.partition_key() or None
+                    headers = None
+                    if props:
+                        if BASE64_KEY in props or BASE64_PROPERTIES in props:
+                            key, props = _decode_marked(key, props)
+                        headers = [(k, v if v.__class__ is bytes else v.encode()) for k, v in props.items()]
+                    if key.__class__ is str:
+                        key = key.encode()
+                    ordering = m.ordering_key()
+                    if ordering:
+                        headers = (headers or []) + [(ORDERING_KEY_HEADER, ordering if ordering.__class__ is bytes
+                                                      else ordering.encode())]
+                    schema = None
+                    if schemas is not None:
+                        version = m.int_schema_version()  # -1: written without a schema
+                        if version >= 0:
+                            schema = schemas.get(topic, version)
+                            if schema is None:
+                                try:
+                                    schema = schemas.fetch(topic, version)
+                                except RetriableError as exc:
+                                    entry.held = m  # read again first, next poll; what was read before it goes now
+                                    log.warning("%s; holding %s", exc, entry.name)
+                                    return dropped
+                    data = m.data()
+                    if not data and m.has_null_value():
+                        data = None  # Pulsar's null value (a tombstone): Kafka's null value
+                    append(record(topic, key, data, headers, m.event_timestamp() or m.publish_timestamp(), sp,
+                                  {"ledger": pos[0], "entry": pos[1], "batch": pos[2]}, hint, schema))
+                    last = pos
+                if taken >= most or len(out) >= self._batch:
+                    return dropped
+                try:
+                    m = read(0)  # raises Timeout when nothing is buffered: the caller moves on
+                except self._pulsar.Timeout:
+                    return dropped
+        finally:
+            entry.last = last
 
     def stop(self) -> None:
-        for r, *_ in getattr(self, "_readers", []):
+        for entry in getattr(self, "_readers", []):
             try:
-                r.close()
+                entry.reader.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
         self._readers = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kafka_util import consume_all as kafka_consume_all
 from kafka_util import create_topic as kafka_create_topic
 from kafka_util import produce as kafka_produce
-from pipeline_util import make_driver, pair_pipeline, run_until
+from pipeline_util import assert_delivered_in_order, committed_total, make_driver, pair_pipeline, run_until
 from pulsar_util import consume_all, produce
 
 
@@ -27,14 +27,13 @@ def test_pulsar_to_pulsar_100k_keeps_keys_properties_event_times_and_partition_o
                                                     **{"tasks.max": 2}))
     try:
         assert len(driver.runtimes[0].tasks) == 2  # 3 partitions divided over 2 task pairs
-        assert run_until(driver, n) == n
+        assert run_until(driver, n) >= n
     finally:
         driver.close()
     mirrored = consume_all(dst, topic, parts, n)
-    assert sum(map(len, mirrored.values())) == n
     for part, msgs in mirrored.items():
         indexes = [_index(m) for m in msgs]
-        assert indexes == list(range(part, n, parts)), f"partition {part} out of order, incomplete or duplicated"
+        assert_delivered_in_order(indexes, list(range(part, n, parts)), f"partition {part}")
         for m, i in zip(msgs, indexes, strict=True):
             assert m.partition_key() == f"key-{i}"
             assert m.properties() == {"idx": str(i), "src": "test"}
@@ -100,17 +99,16 @@ def test_pulsar_to_kafka_maps_key_properties_event_time_and_partition(kafka_pair
         unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic},
         {"connector.class": "kafka", "bootstrap.servers": kdst.bootstrap, "topic": name}))
     try:
-        assert run_until(driver, n) == n
+        assert run_until(driver, n) >= n  # records put: a re-send counts again
     finally:
         driver.close()
     mirrored = kafka_consume_all(kdst.bootstrap, name, range(parts), n)
-    assert len(mirrored) == n
     by_part: dict[int, list] = {}
     for m in mirrored:
         by_part.setdefault(m.partition(), []).append(m)
     for part, msgs in by_part.items():
         indexes = [int(m.value().decode().rsplit("-", 1)[1]) for m in msgs]
-        assert indexes == list(range(part, n, parts))
+        assert_delivered_in_order(indexes, list(range(part, n, parts)), f"partition {part}")
         for m, i in zip(msgs, indexes, strict=True):
             assert m.key() == f"key-{i}".encode()
             assert m.timestamp()[1] == 1_700_000_000_000 + i
@@ -157,6 +155,57 @@ def test_target_pulsar_down_30s_mid_stream_resumes_by_itself_and_loses_nothing(s
         assert sorted(set(indexes)) == list(range(10_000))  # 0 lost
         firsts = [indexes.index(i) for i in range(10_000)]
         assert firsts == sorted(firsts)  # first copies in source order (a re-send may repeat a tail)
+    finally:
+        src.stop()
+        dst.stop()
+
+
+def test_source_pulsar_restarted_mid_stream_reader_guards_lose_nothing(spark, tmp_path, unique):
+    """The source pulsar-lite is restarted while three readers are mid-stream. Over this wire the
+    re-subscribed readers often deliver messages again or stop delivering although the partition
+    has more (seen in most runs without the guards: thousands of repeats, or 70-85% of the records
+    and then nothing). The source drops what it delivered already, re-opens such readers just
+    after their last message, and the mirror completes, in order, with nothing lost."""
+    import threading
+    import time
+
+    from worker.embedded import EmbeddedPulsar
+
+    src = EmbeddedPulsar(tmp_path / "src").start()
+    dst = EmbeddedPulsar(tmp_path / "dst").start()
+    topic, n, parts = "persistent://public/default/restarted", 120_000, 3
+    try:
+        src.create_partitioned_topics({topic: parts})
+        dst.create_partitioned_topics({topic: parts})
+        produce(src, topic, n, parts)
+        driver = make_driver(spark, tmp_path / "data", pair_pipeline(
+            unique, {"connector.class": "pulsar", "service.url": src.service_url, "topics": topic,
+                     "reader.stall.check.ms": 1000},
+            {"connector.class": "pulsar", "service.url": dst.service_url}, **{"epoch.max.ms": 700}))
+        try:
+            for _ in range(20):  # until the readers are mid-stream
+                driver.run_epoch()
+                if committed_total(driver):
+                    break
+            assert 0 < committed_total(driver) < n * 0.8, committed_total(driver)
+            # Restarted (three times) while the next epochs read; the cached pair's readers reconnect by themselves.
+            def restart_three_times():
+                for pause in (1.0, 1.5, 1.0):
+                    src.stop()
+                    time.sleep(1.0)  # the readers retry meanwhile
+                    src.start()
+                    time.sleep(pause)
+
+            restart = threading.Thread(target=restart_three_times)
+            restart.start()
+            try:
+                assert run_until(driver, n, max_epochs=80) >= n
+            finally:
+                restart.join()
+        finally:
+            driver.close()
+        for part, msgs in consume_all(dst, topic, parts, n).items():
+            assert_delivered_in_order([_index(m) for m in msgs], list(range(part, n, parts)), f"partition {part}")
     finally:
         src.stop()
         dst.stop()

@@ -136,3 +136,127 @@ def test_example_configs_in_conf_are_valid(name):
         load_pipeline_file(path)
     except ConfigError as exc:  # pragma: no cover - the failure message is the point
         pytest.fail(f"{path.name}: {exc}")
+
+
+class _Id:
+    def __init__(self, entry: int, batch: int) -> None:
+        self.pos = (7, entry, batch)
+
+    def ledger_id(self):
+        return self.pos[0]
+
+    def entry_id(self):
+        return self.pos[1]
+
+    def batch_index(self):
+        return self.pos[2]
+
+
+class _Msg:
+    """The accessors of the extension's message the source calls."""
+
+    def __init__(self, entry: int, batch: int) -> None:
+        self.id = _Id(entry, batch)
+
+    def message_id(self):
+        return self.id
+
+    def data(self):
+        return f"m-{self.id.pos[1]}-{self.id.pos[2]}".encode()
+
+    def properties(self):
+        return {}
+
+    def partition_key(self):
+        return ""
+
+    def ordering_key(self):
+        return ""
+
+    def int_schema_version(self):
+        return -1
+
+    def has_null_value(self):
+        return False
+
+    def event_timestamp(self):
+        return 0
+
+    def publish_timestamp(self):
+        return 1
+
+
+class _Reader:
+    """Stands in for a reader whose subscription went wrong after a reconnection (the misbehaviour
+    tests/integration/test_pulsar_mirror.py provokes over the wire by restarting the broker)."""
+
+    def __init__(self, script: list, available: bool = False) -> None:
+        self.script, self.available, self.closed = list(script), available, False
+        self._reader = self
+
+    def read_next(self, timeout_ms):
+        import pulsar
+
+        if not self.script:
+            raise pulsar.Timeout("nothing buffered")
+        return self.script.pop(0)
+
+    def has_message_available_async(self, callback):
+        import pulsar
+
+        self.asked = getattr(self, "asked", 0) + 1
+        callback(pulsar.Result.Ok, self.available)  # answered at once (a broker may take longer)
+
+    def close(self):
+        self.closed = True
+
+
+def _task_with(reader, stall_ms: int = 0):
+    import pulsar
+
+    from connectors.pulsar.source import PulsarSourceTask, _Partition
+
+    class Ctx:
+        def time_left(self):
+            return 0.0
+
+    task = PulsarSourceTask()
+    task._pulsar, task.context, task._schemas = pulsar, Ctx(), None
+    task._batch, task._timeout_ms, task._stall_s, task._next = 100, 0, stall_ms / 1000, 0
+    task.duplicates_dropped = task.readers_reopened = 0
+    sp = {"topic": "persistent://public/default/t", "partition": 0}
+    task._readers = [_Partition(reader, sp, 0, sp["topic"], None, (pulsar.MessageId.earliest, False))]
+    opened = []
+    task._open = lambda name, start, inclusive: opened.append((name, start, inclusive)) or _Reader([])
+    return task, opened
+
+
+def test_source_drops_messages_it_delivered_already_and_reopens_the_reader_after_the_last():
+    script = [_Msg(1, b) for b in range(3)] + [_Msg(1, 1), _Msg(1, 2), _Msg(2, -1)]  # a stale re-subscription
+    task, opened = _task_with(_Reader(script))
+    first = task.poll()
+    assert [r.source_offset for r in first] == [{"ledger": 7, "entry": 1, "batch": b} for b in (0, 1, 2)] + \
+        [{"ledger": 7, "entry": 2, "batch": -1}]
+    assert task.duplicates_dropped == 2 and task.readers_reopened == 1
+    (name, start, inclusive), = opened
+    assert name == "persistent://public/default/t-partition-0" and not inclusive
+    assert (start.ledger_id(), start.entry_id(), start.batch_index()) == (7, 2, -1)  # just after the last delivered
+
+
+def test_source_reopens_a_reader_that_finds_nothing_while_the_broker_has_more():
+    import time
+
+    stalled = _Reader([_Msg(1, -1)], available=True)
+    task, opened = _task_with(stalled, stall_ms=50)
+    assert len(task.poll()) == 1
+    assert task.poll() == [] and not opened  # idle from now on
+    time.sleep(0.06)
+    assert task.poll() == [] and stalled.asked == 1 and not opened  # asked; the answer is looked at next poll
+    assert task.poll() == [] and stalled.closed and len(opened) == 1
+    assert task.readers_reopened == 1
+    idle = _Reader([], available=False)  # at the end of its partition: left alone
+    task, opened = _task_with(idle, stall_ms=50)
+    for _ in range(3):
+        task.poll()
+        time.sleep(0.06)
+    assert idle.asked >= 1 and not opened and not idle.closed
