@@ -11,6 +11,26 @@ from worker.spark import SparkExecutor
 from worker.store import OffsetStore
 
 
+def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partitions: int) -> None:
+    """Create ``topic`` and write ``records`` records round robin over its partitions (key = index)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result()
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    value = b"v" * value_size
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, str(i).encode(), partition=i % partitions, headers=[("i", b"1")])
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+
+
 def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: int) -> float:
     """Seconds for ``records`` records to move and be acknowledged in one epoch of ``config`` (a
     pipeline's keys; epoch bounds are set here), after a first epoch that only persists start

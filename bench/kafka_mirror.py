@@ -25,31 +25,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_util import timed_epoch  # noqa: E402
+from bench_util import fill_kafka, timed_epoch  # noqa: E402
 
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
 from worker.spark import build_spark  # noqa: E402
 
 PARTITIONS = 2
-
-
-def produce_source(bootstrap: str, topic: str, records: int, value_size: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
-        f.result()
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
-    value = b"v" * value_size
-    for i in range(records):
-        while True:
-            try:
-                p.produce(topic, value, str(i).encode(), partition=i % PARTITIONS, headers=[("i", b"1")])
-                break
-            except BufferError:
-                p.poll(0.05)
-    assert p.flush(60) == 0
 
 
 def raw_loop(src: str, dst: str, topic: str, target: str, records: int) -> float:
@@ -105,7 +87,7 @@ def main() -> None:
     with EmbeddedKafka() as a, EmbeddedKafka() as b:
         topic = "bench-source"
         print(f"producing {records:,} records ({args.value_size} B values, {PARTITIONS} partitions)...", flush=True)
-        produce_source(a.bootstrap, topic, records, args.value_size)
+        fill_kafka(a.bootstrap, topic, records, args.value_size, PARTITIONS)
         spark = build_spark("local[2]", {"spark.ui.enabled": "false"}, app_name="bench")
         spark.sparkContext.parallelize(range(2), 2).map(lambda x: x).collect()  # start Python workers
         times: dict[str, list[float]] = {"raw": [], "fw1": [], "fw2": []}

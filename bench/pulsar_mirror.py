@@ -28,7 +28,7 @@ import pulsar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_util import timed_epoch  # noqa: E402
+from bench_util import fill_kafka, timed_epoch  # noqa: E402
 
 from worker.embedded import EmbeddedKafka, EmbeddedPulsar  # noqa: E402
 from worker.spark import build_spark  # noqa: E402
@@ -52,25 +52,6 @@ def fill_pulsar(url: str, topic: str, records: int, value_size: int) -> None:
     producer.flush()
     client.close()
     assert not errors, errors[:3]
-
-
-def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        f.result()
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
-    value = b"v" * value_size
-    for i in range(records):
-        while True:
-            try:
-                p.produce(topic, value, str(i).encode(), partition=0, headers=[("i", b"1")])
-                break
-            except BufferError:
-                p.poll(0.05)
-    assert p.flush(60) == 0
 
 
 def raw_from_pulsar(src: str, dst: str, topic: str, target: str, records: int) -> float:
@@ -141,7 +122,7 @@ def main() -> None:
         try:
             print(f"producing {n:,} records ({args.value_size} B values) to Pulsar and to Kafka...", flush=True)
             fill_pulsar(src.service_url, "persistent://public/default/bench", n, args.value_size)
-            fill_kafka(kafka.bootstrap, "bench", n, args.value_size)
+            fill_kafka(kafka.bootstrap, "bench", n, args.value_size, 1)
             spark = build_spark("local[2]", {"spark.ui.enabled": "false"}, app_name="bench")
             spark.sparkContext.parallelize(range(2), 2).map(lambda x: x).collect()  # start Python workers
             pulsar_src = {"source.connector.class": "pulsar", "source.service.url": src.service_url,

