@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from connect.plugins import register_plugin  # noqa: E402
-from worker.embedded import EmbeddedKafka, EmbeddedPulsar  # noqa: E402
+from worker.embedded import EmbeddedKafka, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
 
 # The in-memory test connectors are not production plugins (no entry point); tests use aliases.
 register_plugin("memory-source", "connect.testing:MemorySourceConnector")
@@ -39,6 +39,17 @@ def pulsar_pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("pulsar")
     a = EmbeddedPulsar(root / "a", log_path=root / "a.log").start()
     b = EmbeddedPulsar(root / "b", log_path=root / "b.log").start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def rocketmq_pair(tmp_path_factory):
+    """Two independent embedded RocketMQ name server + broker processes: (source, target)."""
+    root = tmp_path_factory.mktemp("rocketmq")
+    a = EmbeddedRocketMQ(root / "a", log_path=root / "a.log").start()
+    b = EmbeddedRocketMQ(root / "b", log_path=root / "b.log").start()
     yield a, b
     a.stop()
     b.stop()

@@ -150,6 +150,32 @@ def plugins() -> None:
         typer.echo(f"{info.name:<20} {kind:<7} {version:<10} {info.target}  [{info.origin}]")
 
 
+@app.command("rocketmq-broker")
+def rocketmq_broker(
+    port: int = typer.Option(9876, help="Port of the name server and broker (one port serves both)."),
+    data_dir: Path = typer.Option(Path("rocketmq-data"), "--data-dir", help="Where queues, topics and offsets are kept."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on and to advertise in routes."),
+    sync_flush: bool = typer.Option(False, help="fsync every send before answering (default: every flush interval)."),
+    flush_interval_ms: int = typer.Option(500, help="fsync period of the commit log and queues."),
+    auto_create_topics: bool = typer.Option(True, help="Create unknown topics on their first send (from TBW102)."),
+    default_queues: int = typer.Option(8, help="Queue count of TBW102, the most an auto-created topic gets."),
+    acl: List[str] = typer.Option([], help="ACCESS_KEY:SECRET_KEY of an account (repeatable); none: no ACL."),
+    log_level: str = typer.Option("INFO", help="Log level."),
+) -> None:
+    """Run the embedded RocketMQ name server + broker (a development broker: tests, demos, trials)."""
+    import logging
+
+    from connectors.rocketmq import broker
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        broker.main(port, str(data_dir), host=host, sync_flush=sync_flush, flush_interval_ms=flush_interval_ms,
+                    auto_create_topics=auto_create_topics, default_queues=default_queues, acl=acl)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"rocketmq-broker: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     app()

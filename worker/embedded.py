@@ -6,6 +6,9 @@
 - Pulsar: pulsar-lite (PyPI pulsar-lite), a broker speaking Pulsar's binary protocol that keeps
   its data in RocksDB under ``--db-path`` (it survives a restart). No admin REST API and no
   schema registry.
+- RocketMQ: this project's embedded name server + broker (``connect rocketmq-broker``,
+  :mod:`connectors.rocketmq.broker`), a development broker storing under its data directory (it
+  survives a restart, ``kill -9`` included).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["EmbeddedKafka", "EmbeddedPulsar", "free_port", "tansu_binary", "pulsar_lite_binary"]
+__all__ = ["EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ", "free_port", "tansu_binary", "pulsar_lite_binary"]
 
 
 def free_port() -> int:
@@ -193,6 +196,45 @@ class EmbeddedPulsar:
             client.close()
 
     def __enter__(self) -> EmbeddedPulsar:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class EmbeddedRocketMQ:
+    """The embedded RocketMQ name server + broker in its own process on a free loopback port;
+    ``namesrv`` is its ``host:port`` (the broker answers on the same port). ``stop`` then
+    ``start`` again keeps the port and the data; ``kill`` ends it with SIGKILL (a crash)."""
+
+    def __init__(self, data_dir: str | Path, port: int | None = None, log_path: str | Path | None = None,
+                 extra_args: list[str] | None = None):
+        self.port = port or free_port()
+        self.namesrv = f"127.0.0.1:{self.port}"
+        self.data_dir = Path(data_dir)
+        self.log_path = log_path
+        self.extra_args = list(extra_args or [])
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 20.0) -> EmbeddedRocketMQ:
+        import sys
+
+        argv = [sys.executable, "-m", "worker.cli", "rocketmq-broker", "--port", str(self.port),
+                "--data-dir", str(self.data_dir), "--log-level", "WARNING", *self.extra_args]
+        self.proc = _launch(argv, self.port, "the embedded RocketMQ broker", timeout, self.log_path)
+        return self
+
+    def stop(self) -> None:
+        _end(self.proc)
+        self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> EmbeddedRocketMQ:
         return self.start()
 
     def __exit__(self, *exc) -> None:
