@@ -650,8 +650,7 @@ class Broker:
                 continue
             for q in range(config.queues):
                 top = self.store.max_offset(t, q)
-                committed = self.store.consumer_offset(group, t, q)
-                committed = -1 if committed is None else committed
+                committed = self.store.consumer_offset(group, t, q) or 0  # AdminBrokerProcessor: < 0 counts as 0
                 last = self.store.store_timestamp(t, q, committed - 1) if 0 < committed <= top else 0
                 entries.append((self._mq(t, q), {"brokerOffset": top, "consumerOffset": committed, "lastTimestamp": last}))
         return cmd.response(ResponseCode.SUCCESS, body=_object_keyed({"offsetTable": entries}, {"consumeTps": 0.0}))
