@@ -9,6 +9,7 @@ Guarantees the framework makes to a source task:
   when nothing arrived), so the epoch can end on time.
 - ``commit`` is called after the driver persisted the offsets of records returned so far (at the
   start of the next epoch in the same process; not at all if the pair moved to another process).
+- ``offsets_committed(offsets)`` follows ``commit`` with the persisted offsets themselves.
 - ``commit_record(record, metadata)`` is called for each record the sink acknowledged, only if
   the subclass overrides it (it costs a call per record); ``metadata`` is None when the sink does
   not report positions.
@@ -93,6 +94,10 @@ class SourceTask:
 
     def commit(self) -> None:
         """Offsets up to the last acknowledged record were persisted."""
+
+    def offsets_committed(self, offsets: Mapping[str, SourceOffset]) -> None:
+        """Called after ``commit`` with the offsets that were persisted (keyed by ``partition_key``),
+        e.g. to mirror them into the source system for its monitoring tools."""
 
     def commit_record(self, record: ConnectRecord, metadata: Any) -> None:
         """``record`` was acknowledged by the sink (only called when overridden)."""

@@ -137,7 +137,7 @@ class TaskPairRunner:
         self._wants_commit_record = type(source).commit_record is not SourceTask.commit_record
         self._failed = False
         self._start_offsets_due = True
-        self._returned_offsets = False
+        self._returned_offsets: dict | None = None
         self._async = type(sink).checkpoint is not SinkTask.checkpoint
         self._checkpoint_every = max(policy.max_in_flight_records // 4, 1)
         # -- carried across epochs --
@@ -223,7 +223,7 @@ class TaskPairRunner:
             except EpochOver:
                 pass
             stats.in_flight = self._in_flight + len(self._resend)
-            self._returned_offsets = bool(committed)
+            self._returned_offsets = dict(committed) if committed else None
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
             self._failed = True
             state = FAILED
@@ -369,10 +369,12 @@ class TaskPairRunner:
             self.sink.open(list(new.values()))
 
     def offsets_persisted(self) -> None:
-        """The driver persisted the offsets the last epoch returned: tell the source (``commit``)."""
+        """The driver persisted the offsets the last epoch returned: tell the source (``commit``,
+        then ``offsets_committed`` with those offsets)."""
         if self._returned_offsets:
-            self._returned_offsets = False
+            offsets, self._returned_offsets = self._returned_offsets, None
             self.source.commit()
+            self.source.offsets_committed(offsets)
 
     # -- transient failures ------------------------------------------------------------------
     def _resend_due(self, stats: EpochStats) -> None:

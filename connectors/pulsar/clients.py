@@ -16,9 +16,9 @@ Authentication and TLS are passed through to pulsar-client:
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Mapping
 
+from connect.clientpool import SharedClients
 from connect.config import ConfigDef, Importance, Type, at_least, one_of
 from connect.errors import ConfigIssue
 
@@ -96,34 +96,4 @@ def _new_client(settings: tuple):
     return pulsar.Client(cfg["service.url"], **kwargs)
 
 
-class _Clients:
-    """One ``pulsar.Client`` per settings in this process, closed when its last user releases it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._clients: dict[tuple, list] = {}  # settings -> [client, users]
-
-    def acquire(self, settings: tuple):
-        with self._lock:
-            entry = self._clients.get(settings)
-            if entry is None:
-                entry = self._clients[settings] = [_new_client(settings), 0]
-            entry[1] += 1
-            return entry[0]
-
-    def release(self, settings: tuple) -> None:
-        with self._lock:
-            entry = self._clients.get(settings)
-            if entry is None:
-                return
-            entry[1] -= 1
-            if entry[1] > 0:
-                return
-            del self._clients[settings]
-        try:
-            entry[0].close()
-        except Exception as exc:  # noqa: BLE001 - a client that cannot close cleanly is dropped anyway
-            log.debug("closing a pulsar client: %s", exc)
-
-
-CLIENTS = _Clients()
+CLIENTS = SharedClients(_new_client, "pulsar client")

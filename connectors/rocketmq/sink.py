@@ -1,0 +1,331 @@
+"""RocketMQ sink: batched, pipelined sends with this project's client, every result tied to its
+records.
+
+- Target topic: ``topic`` (fixed) or ``topic.template`` (default ``{topic}``). With
+  ``auto.create.topics`` the connector creates missing targets with the source's queue (or
+  partition) count before the first epoch, on the broker that serves ``TBW102``.
+- Queue selection (``queue.selection``): ``source`` (default) writes a record to the queue with its
+  source queue (or partition) id, modulo the target's queue count, so queue-level order is kept
+  when the target has as many queues (queue-level replication); records without a source queue
+  go by key. ``key``: a CRC32 of the key picks the queue (records without key go round robin).
+  ``round_robin``.
+- Consecutive records for one queue are sent as one SEND_BATCH_MESSAGE (up to ``batch.size``
+  messages and ``batch.max.bytes``); every batch is a future whose outcome, served on the task's
+  thread by ``wait_outcomes``, counts its records down (an asynchronous sink: epochs end without
+  draining). Batches to one queue are pipelined, so a transient failure can let a later batch
+  land first; the failed records are re-sent by the runner, in their order (at-least-once).
+- Transient failures (no answer in time, lost connections, SYSTEM_BUSY/SYSTEM_ERROR, and sends the
+  broker stored without confirming the requested flush: FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+  SLAVE_NOT_AVAILABLE) are reported transient and re-sent. A batch refused for good (e.g.
+  MESSAGE_ILLEGAL) is sent again one record at a time, so only the records the broker refuses
+  themselves go to the failed-message hooks / dead-letter destination.
+- Records become messages as :mod:`connectors.rocketmq.mapping` says; the record's timestamp is the
+  message's born timestamp (a batch carries one born timestamp: records whose own differs keep it
+  in property ``CONNECT_BORN_TIMESTAMP``, which the source reads back).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import zlib
+from typing import Any, Mapping, Sequence
+
+from connect.config import ConfigDef, Type, at_least, one_of
+from connect.connector import SinkConnector
+from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.records import ConnectRecord
+from connect.sink import Outstanding, SinkTask
+from connect.sink.routing import ROUTING_CONFIG, TopicRouter
+from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
+from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
+
+__all__ = ["RocketMQSinkConnector", "RocketMQSinkTask", "DeliveryError"]
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+CONFIG = ROUTING_CONFIG.merge(CLIENT_CONFIG).merge(
+    ConfigDef()
+    .define("queue.selection", Type.STRING, "source", "source (the source queue/partition id), key or round_robin.",
+            validator=one_of("source", "key", "round_robin"))
+    .define("tag", Type.STRING, "", "Tag of messages whose record has no rocketmq.tags header; empty: none.")
+    .define("producer.group", Type.STRING, "connect-sink", "Producer group named in the sends.")
+    .define("batch.size", Type.INT, 256, "Most messages per batch send.", validator=at_least(1))
+    .define("batch.max.bytes", Type.INT, 1024 * 1024, "Most body bytes per batch send.", validator=at_least(1))
+    .define("max.pending.messages", Type.INT, 20_000, "Most records of a task sent without an outcome.",
+            validator=at_least(1))
+    .define("auto.create.topics", Type.BOOLEAN, False,
+            "Create missing target topics with the source's queue count before the first epoch.")
+)
+
+
+class DeliveryError(ConnectError):
+    """The broker refused one record for good."""
+
+
+class RocketMQSinkConnector(SinkConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return CONFIG
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        return super().validate(config) + client_issues(config)
+
+    @classmethod
+    def task_class(cls) -> type:
+        return RocketMQSinkTask
+
+    def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
+        cfg = CONFIG.parse(self.config)
+        if not cfg["auto.create.topics"]:
+            return
+        from connectors.rocketmq.client import TopicNotFoundError
+
+        route = TopicRouter(cfg)
+        settings = client_settings(cfg)
+        client = CLIENTS.acquire(settings)
+        try:
+            broker = None
+            for topic, queues in source_topics.items():
+                target = route(topic)
+                try:
+                    client.topic_route(target)
+                    continue
+                except TopicNotFoundError:
+                    pass
+                if broker is None:
+                    broker = _creation_broker(client)
+                client.create_topic(broker, target, max(queues, 1), max(queues, 1))
+                log.info("created target topic %s with %d queue(s) on %s", target, queues, broker)
+        except ConnectError as exc:
+            raise RetriableError(f"cannot create the target topics on {cfg['namesrv.addr']}: {exc}") from exc
+        finally:
+            CLIENTS.release(settings)
+
+
+def _creation_broker(client) -> str:
+    """The master of a broker that serves TBW102 (the one brokers auto-create topics from)."""
+    route = client.topic_route("TBW102")
+    for b in route.broker_datas:
+        if b.master_addr:
+            return b.master_addr
+    raise ConnectError("no broker with a master address serves TBW102: create the target topics first, or let a "
+                       "broker auto-create them")
+
+
+class _Target:
+    __slots__ = ("topic", "queues", "addrs", "names", "rr")
+
+    def __init__(self, topic: str, route) -> None:
+        queues = route.write_queues()
+        if not queues:
+            raise RetriableError(f"target topic {topic} has no writable queue")
+        self.topic = topic
+        self.queues = queues
+        self.addrs = [route.master_addr(q.broker_name) for q in queues]
+        self.names = [q.broker_name for q in queues]
+        self.rr = itertools.count()
+
+
+class RocketMQSinkTask(SinkTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        cfg = CONFIG.parse(config)
+        self._cfg = cfg
+        self._route = TopicRouter(cfg)
+        self._settings = client_settings(cfg)
+        self._client = CLIENTS.acquire(self._settings)
+        self._targets: dict[str, _Target] = {}
+        self._selection = cfg["queue.selection"]
+        self._tag = cfg["tag"] or None
+        self._group = cfg["producer.group"]
+        self._batch = cfg["batch.size"]
+        self._batch_bytes = cfg["batch.max.bytes"]
+        self._max_pending = cfg["max.pending.messages"]
+        self._outcomes: collections.deque = collections.deque()  # (records, gen, future), from the client's thread
+        self._arrived = threading.Event()
+        self._gen = Outstanding()
+        self._pending = 0
+
+    def _target(self, source_topic: str) -> _Target:
+        target = self._targets.get(source_topic)
+        if target is None:
+            name = self._route(source_topic)
+            try:
+                route = self._client.topic_route(name)
+            except RetriableError:
+                raise
+            except ConnectError as exc:
+                raise RetriableError(f"cannot look up target topic {name}: {exc}") from exc
+            target = self._targets[source_topic] = _Target(name, route)
+        return target
+
+    def _queue_index(self, target: _Target, r: ConnectRecord) -> int:
+        n = len(target.queues)
+        if self._selection == "source" and r.partition is not None:
+            return r.partition % n
+        if self._selection != "round_robin" and r.key is not None:
+            key = r.key if r.key.__class__ is bytes else str(r.key).encode()
+            return zlib.crc32(key) % n
+        return next(target.rr) % n
+
+    # -- data -------------------------------------------------------------------------------------
+    def put(self, records: Sequence[ConnectRecord]) -> None:
+        batches: dict[tuple[int, int], list] = {}  # (target id, queue index) -> [target, index, records, messages, bytes]
+        order: list[tuple[int, int]] = []
+        report = self.context.errant_record_reporter.report
+        for i, r in enumerate(records):
+            if self._pending + sum(len(b[2]) for b in batches.values()) >= self._max_pending:
+                self._send_all(batches, order)
+                batches, order = {}, []
+                if not self._wait_for_room():
+                    self._transient(records[i:], RetriableError(
+                        f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
+                        f"{len(records) - i} record(s) not sent yet"))
+                    return
+            try:
+                target = self._target(r.topic)
+            except RetriableError as exc:  # the target cannot be looked up: this record and the rest wait, in order
+                self._send_all(batches, order)
+                self._transient(records[i:], exc)
+                return
+            value = r.value
+            if value is not None and value.__class__ is not bytes:
+                try:
+                    value = bytes(value)
+                except TypeError:
+                    report(r, DeliveryError(f"record {r.position()} has a {type(value).__name__} value: RocketMQ "
+                                            "bodies are bytes (set the sink's value.converter)"))
+                    continue
+            body = value or b""
+            if len(body) > MAX_MESSAGE_SIZE:
+                report(r, DeliveryError(f"record {r.position()}: a body of {len(body)} bytes is larger than "
+                                        f"RocketMQ's {MAX_MESSAGE_SIZE}"))
+                continue
+            props = message_properties(r.key, value, r.headers, self._tag)
+            index = self._queue_index(target, r)
+            slot = (id(target), index)
+            batch = batches.get(slot)
+            if batch is not None and (len(batch[2]) >= self._batch or batch[4] + len(body) > self._batch_bytes):
+                self._send(batch)
+                del batches[slot]
+                batch = None
+            if batch is None:
+                batch = batches[slot] = [target, index, [], [], 0]
+                order.append(slot)
+            batch[2].append(r)
+            batch[3].append((body, props, r.timestamp))
+            batch[4] += len(body)
+        self._send_all(batches, order)
+
+    def _send_all(self, batches: dict, order: list) -> None:
+        for slot in order:
+            batch = batches.pop(slot, None)  # a slot is in order once per batch opened on it
+            if batch is not None:
+                self._send(batch)
+
+    def _send(self, batch: list, gen: Outstanding | None = None) -> None:
+        """Send one batch; its outcome counts down ``gen`` (the open checkpoint unless given)."""
+        target, index, records, messages, _size = batch
+        q = target.queues[index]
+        addr = target.addrs[index]
+        client = self._client
+        born = messages[0][2] or None
+        if len(messages) == 1:
+            body, props, _ts = messages[0]
+            fut = client.send(addr, target.topic, q.queue_id, body, props, producer_group=self._group,
+                              born_timestamp=born, broker_name=None)
+        else:
+            items = []
+            for body, props, ts in messages:
+                if ts and ts != born:
+                    props[BORN_TIMESTAMP] = str(ts)
+                items.append((body, props))
+            fut = client.send_batch(addr, target.topic, q.queue_id, items, producer_group=self._group,
+                                    born_timestamp=born)
+        self._watch(records, messages, target, index, gen or self._gen, fut)
+
+    def _watch(self, records, messages, target, index, gen, fut) -> None:
+        outcomes, arrived = self._outcomes, self._arrived
+
+        def done(f, item=(records, messages, target, index, gen)) -> None:  # on the client's loop thread
+            outcomes.append((*item, f))
+            arrived.set()
+
+        self._pending += len(records)
+        gen.left += len(records)
+        fut.add_done_callback(done)
+
+    def _transient(self, records: Sequence[ConnectRecord], error: RetriableError) -> None:
+        report = self.context.errant_record_reporter.report
+        for r in records:
+            report(r, error)
+
+    def _wait_for_room(self) -> bool:
+        while self._pending >= self._max_pending:
+            left = self.context.time_left()
+            if left <= 0:
+                return False
+            self.wait_outcomes(min(left, 0.05))
+        return True
+
+    # -- outcomes ---------------------------------------------------------------------------------
+    def _serve(self) -> int:
+        outcomes = self._outcomes
+        served = 0
+        while outcomes:
+            records, messages, target, index, gen, fut = outcomes.popleft()
+            n = len(records)
+            self._pending -= n
+            gen.left -= n
+            served += n
+            exc = fut.exception()
+            if exc is None:
+                result = fut.result()
+                if not result.ok:
+                    self._transient(records, RetriableError(
+                        f"{n} record(s) stored by {target.addrs[index]} without the requested flush "
+                        f"({result.status}): sent again"))
+                continue
+            if isinstance(exc, RetriableError):
+                self._transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))
+                self._targets = {k: t for k, t in self._targets.items() if t is not target}  # route looked up again
+            elif n > 1:
+                # Refused as a batch: each record on its own, so only those the broker refuses fail.
+                for r, m in zip(records, messages, strict=True):
+                    self._send([target, index, [r], [m], len(m[0])], gen)  # still counted by their checkpoint
+            else:
+                self.context.errant_record_reporter.report(records[0], DeliveryError(
+                    f"record {records[0].position()} refused by {target.addrs[index]}: {exc}"))
+        return served
+
+    def checkpoint(self):
+        gen, self._gen = self._gen, Outstanding()
+        return gen.done
+
+    def wait_outcomes(self, timeout: float) -> None:
+        if self._serve() or timeout <= 0:
+            return
+        self._arrived.clear()
+        if not self._outcomes:
+            self._arrived.wait(timeout)
+        self._serve()
+
+    def flush(self, offsets) -> bool:
+        while True:
+            self._serve()
+            if self._pending <= 0:
+                return True
+            left = self.context.time_left()
+            if left <= 0:
+                return False
+            self.wait_outcomes(min(left, 0.2))
+
+    def stop(self) -> None:
+        if getattr(self, "_client", None) is not None:
+            CLIENTS.release(self._settings)
+            self._client = None
