@@ -75,7 +75,10 @@ def committed_in_store(data_dir: Path) -> int:
     if not db.exists():
         return 0
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT offset FROM offsets").fetchall()
+        try:
+            rows = conn.execute("SELECT offset FROM offsets").fetchall()
+        except sqlite3.OperationalError:  # the worker created the file and not yet its table
+            return 0
     return sum(orjson.loads(r[0])["offset"] + 1 for r in rows)
 
 
