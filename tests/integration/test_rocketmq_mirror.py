@@ -8,7 +8,7 @@ import hashlib
 from kafka_util import consume_all as kafka_consume_all
 from kafka_util import create_topic as kafka_create_topic
 from kafka_util import produce as kafka_produce
-from pipeline_util import assert_delivered_in_order, make_driver, pair_pipeline, run_until
+from pipeline_util import assert_delivered_in_order, committed_total, make_driver, pair_pipeline, run_until
 from rocketmq_util import consume_all, produce
 
 from connectors.rocketmq.mapping import record_fields
@@ -113,3 +113,96 @@ def test_rocketmq_to_kafka_and_kafka_to_rocketmq(rocketmq_pair, kafka_pair, spar
         assert_delivered_in_order(indexes, list(range(q, n, 3)), f"queue {q}")
         for m, i in zip(msgs, indexes, strict=True):
             assert (m.tags, m.keys, m.properties["idx"]) == ("FromKafka", [f"key-{i}"], str(i))
+
+
+def test_both_brokers_restarted_mid_stream_lose_nothing(spark, tmp_path, unique):
+    """Source and target brokers are stopped mid-stream (pulls and sends in flight fail over the
+    wire) and started again 2 s later on their data: the pair keeps RUNNING, and after the
+    restart every record is there, per queue in order."""
+    from worker.embedded import EmbeddedRocketMQ
+
+    src = EmbeddedRocketMQ(tmp_path / "src", log_path=tmp_path / "src.log").start()
+    dst = EmbeddedRocketMQ(tmp_path / "dst", log_path=tmp_path / "dst.log").start()
+    topic, n, queues = "Restarted", 50_000, 2
+    try:
+        produce(src, topic, n, queues)
+        driver = make_driver(spark, tmp_path / "data", pair_pipeline(
+            unique, {"connector.class": "rocketmq", "namesrv.addr": src.namesrv, "topics": topic},
+            {"connector.class": "rocketmq", "namesrv.addr": dst.namesrv, "auto.create.topics": "true",
+             "request.timeout.ms": 1000}, **{"epoch.max.ms": 700}))
+        try:
+            for _ in range(20):
+                driver.run_epoch()
+                if committed_total(driver):
+                    break
+            assert 0 < committed_total(driver) < n
+            src.stop()
+            dst.stop()
+            for _ in range(3):  # epochs while both are away
+                assert [r.state for r in driver.run_epoch()] == ["RUNNING"]
+            src.start()
+            dst.start()
+            assert run_until(driver, n, max_epochs=80) >= n
+        finally:
+            driver.close()
+        for q, msgs in consume_all(dst, topic).items():
+            assert_delivered_in_order([_index(m) for m in msgs], list(range(q, n, queues)), f"queue {q}")
+    finally:
+        src.stop()
+        dst.stop()
+
+
+def test_worker_killed_with_sigkill_mid_stream_then_restarted_loses_nothing(rocketmq_pair, tmp_path, unique):
+    """`connect run` as a process, killed with SIGKILL while it mirrors: nothing is committed on the
+    way out, and a new process resumes from the committed offsets and completes the mirror."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import orjson
+    from pipeline_util import committed_in_store
+
+    src, dst = rocketmq_pair
+    topic, n, queues = _name("Killed", unique), 50_000, 2
+    produce(src, topic, n, queues)
+    config = tmp_path / "c.json"
+    config.write_bytes(orjson.dumps({"name": unique, "config": {
+        "source.connector.class": "rocketmq", "source.namesrv.addr": src.namesrv, "source.topics": topic,
+        "source.pull.batch.size": "64", "sink.connector.class": "rocketmq", "sink.namesrv.addr": dst.namesrv,
+        "sink.auto.create.topics": "true", "epoch.max.ms": "300"}}))  # short epochs, small pulls: killed mid-stream
+    data = tmp_path / "data"
+
+    def start(log_name: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "worker.cli", "run", str(config), "--data-dir", str(data),
+                                 "--spark-conf", "spark.ui.enabled=false"], stdout=open(tmp_path / log_name, "wb"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_committed(proc, log_name: str, at_least: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while committed_in_store(data) < at_least and time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / log_name).read_text()[-3000:]
+            time.sleep(0.05)
+        assert committed_in_store(data) >= at_least, (tmp_path / log_name).read_text()[-3000:]
+        return committed_in_store(data)
+
+    first = start("first.log")
+    try:
+        wait_committed(first, "first.log", 1, 120)
+        before = committed_in_store(data)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert committed_in_store(data) == before < n, "nothing is committed on the way out of a killed worker"
+    second = start("second.log")
+    try:
+        wait_committed(second, "second.log", n, 180)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        code = second.wait(60)
+    assert code == 0, (tmp_path / "second.log").read_text()[-3000:]
+    for q, msgs in consume_all(dst, topic).items():
+        assert_delivered_in_order([_index(m) for m in msgs], list(range(q, n, queues)), f"queue {q}")
