@@ -206,3 +206,45 @@ def test_worker_killed_with_sigkill_mid_stream_then_restarted_loses_nothing(rock
     assert code == 0, (tmp_path / "second.log").read_text()[-3000:]
     for q, msgs in consume_all(dst, topic).items():
         assert_delivered_in_order([_index(m) for m in msgs], list(range(q, n, queues)), f"queue {q}")
+
+
+def test_pulsar_to_rocketmq_and_back(rocketmq_pair, pulsar_pair, spark, tmp_path, unique):
+    """Pulsar -> RocketMQ -> Pulsar: keys, properties, event times and partition/queue ids survive both hops."""
+    from pulsar_util import consume_all as pulsar_consume_all
+    from pulsar_util import produce as pulsar_produce
+
+    psrc, pdst = pulsar_pair
+    _, rdst = rocketmq_pair
+    name, n, parts = _name("P2R", unique), 10_000, 2
+    ptopic = f"persistent://public/default/{name}"
+    psrc.create_partitioned_topics({ptopic: parts})
+    pulsar_produce(psrc, ptopic, n, parts)
+    to_rocketmq = make_driver(spark, tmp_path / "p2r", pair_pipeline(
+        unique + "-p2r", {"connector.class": "pulsar", "service.url": psrc.service_url, "topics": ptopic},
+        {"connector.class": "rocketmq", "namesrv.addr": rdst.namesrv, "topic": name, "auto.create.topics": "true"}))
+    try:
+        assert run_until(to_rocketmq, n) >= n
+    finally:
+        to_rocketmq.close()
+    for q, msgs in consume_all(rdst, name).items():
+        indexes = [_index(m) for m in msgs]
+        assert_delivered_in_order(indexes, list(range(q, n, parts)), f"queue {q}")
+        for m, i in zip(msgs, indexes, strict=True):
+            assert (m.keys, m.properties["idx"], m.properties["pulsar.ordering.key"]) == ([f"key-{i}"], str(i),
+                                                                                         f"ok-{i % 7}")
+    back = f"persistent://public/default/{name}-back"
+    pdst.create_partitioned_topics({back: parts})
+    to_pulsar = make_driver(spark, tmp_path / "r2p", pair_pipeline(
+        unique + "-r2p", {"connector.class": "rocketmq", "namesrv.addr": rdst.namesrv, "topics": name},
+        {"connector.class": "pulsar", "service.url": pdst.service_url, "topic": back}))
+    try:
+        assert run_until(to_pulsar, n) >= n
+    finally:
+        to_pulsar.close()
+    for part, msgs in pulsar_consume_all(pdst, back, parts, n).items():
+        indexes = [int(m.data().decode().rsplit("-", 1)[1]) for m in msgs]
+        assert_delivered_in_order(indexes, list(range(part, n, parts)), f"partition {part}")
+        for m, i in zip(msgs, indexes, strict=True):
+            assert m.partition_key() == f"key-{i}" and m.ordering_key() == f"ok-{i % 7}"
+            assert m.event_timestamp() == 1_700_000_000_000 + i
+            assert m.properties()["idx"] == str(i) and "rocketmq.msg.id" in m.properties()
