@@ -124,7 +124,8 @@ def test_namespace_listing_errors_say_what_was_wrong(admin):
 
 
 @pytest.mark.parametrize("name", ["pulsar-to-pulsar", "kafka-to-pulsar", "pulsar-to-kafka", "demo-mirror",
-                                  "demo-kafka-to-pulsar"])
+                                  "demo-kafka-to-pulsar", "rocketmq-to-rocketmq", "kafka-to-rocketmq",
+                                  "rocketmq-to-kafka"])
 def test_example_configs_in_conf_are_valid(name):
     from pathlib import Path
 
