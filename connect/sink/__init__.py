@@ -37,12 +37,14 @@ Guarantees the framework makes to a sink task:
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 from connect.records import ConnectRecord, SourceOffset, SourcePartition
 
-__all__ = ["SinkTask", "SinkTaskContext", "ErrantRecordReporter", "Outstanding"]
+__all__ = ["SinkTask", "SinkTaskContext", "ErrantRecordReporter", "Outstanding", "QueuedOutcomes"]
 
 
 class Outstanding:
@@ -58,6 +60,67 @@ class Outstanding:
 
     def done(self) -> bool:
         return self.left <= 0
+
+
+class QueuedOutcomes:
+    """For asynchronous sinks whose client reports outcomes on a thread of its own (callbacks,
+    futures): the callbacks only queue them (``_arrive``), and the task's thread serves them
+    (``_serve``, the subclass: handles what is queued, returns how many records it settled, and
+    keeps ``_pending``). This gives the rest of the protocol: ``checkpoint``, ``wait_outcomes``,
+    waiting for room under a pending limit, reporting records transient, and the flush loop.
+    Call ``_init_outcomes`` in ``start``."""
+
+    context: SinkTaskContext
+
+    def _init_outcomes(self) -> None:
+        self._outcomes: collections.deque = collections.deque()
+        self._arrived = threading.Event()
+        self._gen = Outstanding()
+        self._pending = 0  # records sent whose outcome was not served yet
+
+    def _arrive(self, item: Any) -> None:
+        self._outcomes.append(item)
+        self._arrived.set()
+
+    def _serve(self) -> int:
+        raise NotImplementedError
+
+    def checkpoint(self) -> Callable[[], bool]:
+        gen, self._gen = self._gen, Outstanding()
+        return gen.done
+
+    def wait_outcomes(self, timeout: float) -> None:
+        if self._serve() or timeout <= 0:
+            return
+        self._arrived.clear()
+        if not self._outcomes:
+            self._arrived.wait(timeout)
+        self._serve()
+
+    def _wait_for_room(self, most: int) -> bool:
+        """Serve outcomes until fewer than ``most`` records are pending; False at the deadline."""
+        while self._pending >= most:
+            left = self.context.time_left()
+            if left <= 0:
+                return False
+            self.wait_outcomes(min(left, 0.05))
+        return True
+
+    def _report_transient(self, records: Sequence[ConnectRecord], error: BaseException) -> None:
+        report = self.context.errant_record_reporter.report
+        for r in records:
+            report(r, error)
+
+    def _settle_all(self) -> bool:
+        """Every outcome served, at most ``context.time_left()``; False if time ran out first."""
+        while True:
+            self._serve()
+            if self._pending <= 0:
+                return True
+            left = self.context.time_left()
+            if left <= 0:
+                return False
+            self.wait_outcomes(min(left, 0.2))
 
 
 class ErrantRecordReporter:

@@ -29,16 +29,14 @@
 
 from __future__ import annotations
 
-import collections
 import logging
-import threading
 from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, ValueSchema
-from connect.sink import Outstanding, SinkTask
+from connect.sink import QueuedOutcomes, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import message_fields
@@ -116,7 +114,7 @@ class PulsarSinkConnector(SinkConnector):
         return PulsarSinkTask
 
 
-class PulsarSinkTask(SinkTask):
+class PulsarSinkTask(QueuedOutcomes, SinkTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         import pulsar
 
@@ -135,10 +133,7 @@ class PulsarSinkTask(SinkTask):
         self._declared = (ValueSchema(declared, cfg["value.schema.definition"], cfg["value.schema.name"])
                           if declared else None)
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partition count)
-        self._outcomes: collections.deque = collections.deque()  # (record, gen, result), from IO threads
-        self._arrived = threading.Event()
-        self._gen = Outstanding()
-        self._pending = 0  # sent, outcome not served yet
+        self._init_outcomes()  # (record, gen, result) from the client's IO threads
         self._max_pending = cfg["max.pending.messages"]
         self._mode = cfg["routing.mode"]
 
@@ -202,7 +197,7 @@ class PulsarSinkTask(SinkTask):
         sent = 0
         try:
             for i, r in enumerate(records):
-                if self._pending >= self._max_pending and not self._wait_for_room():
+                if self._pending >= self._max_pending and not self._wait_for_room(self._max_pending):
                     self._report_transient(records[i:], RetriableError(
                         f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
                         f"{len(records) - i} record(s) not sent yet"))
@@ -265,19 +260,6 @@ class PulsarSinkTask(SinkTask):
         else:
             self._report_transient(records[i:], RetriableError(f"record {r.position()} not sent: {text}"))
 
-    def _wait_for_room(self) -> bool:
-        while self._pending >= self._max_pending:
-            left = self.context.time_left()
-            if left <= 0:
-                return False
-            self.wait_outcomes(min(left, 0.05))
-        return True
-
-    def _report_transient(self, records: Sequence[ConnectRecord], error: RetriableError) -> None:
-        report = self.context.errant_record_reporter.report
-        for r in records:
-            report(r, error)
-
     def _serve(self) -> int:
         outcomes = self._outcomes
         ok, permanent = self._ok, self._permanent
@@ -298,18 +280,6 @@ class PulsarSinkTask(SinkTask):
             error = RetriableError(f"record {r.position()} not delivered: {res}")
         self.context.errant_record_reporter.report(r, error)
 
-    def checkpoint(self):
-        gen, self._gen = self._gen, Outstanding()
-        return gen.done
-
-    def wait_outcomes(self, timeout: float) -> None:
-        if self._serve() or timeout <= 0:
-            return
-        self._arrived.clear()
-        if not self._outcomes:
-            self._arrived.wait(timeout)
-        self._serve()
-
     def flush(self, offsets) -> bool:
         """Every outcome served, at most ``context.time_left()``; False if time ran out first."""
         for producer, _ in list(self._producers.values()):
@@ -317,14 +287,7 @@ class PulsarSinkTask(SinkTask):
                 producer.flush_async(lambda _res: None)
             except Exception:  # noqa: BLE001 - outcomes are still counted below
                 pass
-        while True:
-            self._serve()
-            if self._pending <= 0:
-                return True
-            left = self.context.time_left()
-            if left <= 0:
-                return False
-            self.wait_outcomes(min(left, 0.2))
+        return self._settle_all()
 
     def stop(self) -> None:
         for producer, _ in self._producers.values():

@@ -26,10 +26,8 @@ records.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
-import threading
 import zlib
 from typing import Any, Mapping, Sequence
 
@@ -37,7 +35,7 @@ from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord
-from connect.sink import Outstanding, SinkTask
+from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
@@ -132,7 +130,7 @@ class _Target:
         self.rr = itertools.count()
 
 
-class RocketMQSinkTask(SinkTask):
+class RocketMQSinkTask(QueuedOutcomes, SinkTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
         self._cfg = cfg
@@ -146,10 +144,7 @@ class RocketMQSinkTask(SinkTask):
         self._batch = cfg["batch.size"]
         self._batch_bytes = cfg["batch.max.bytes"]
         self._max_pending = cfg["max.pending.messages"]
-        self._outcomes: collections.deque = collections.deque()  # (records, gen, future), from the client's thread
-        self._arrived = threading.Event()
-        self._gen = Outstanding()
-        self._pending = 0
+        self._init_outcomes()  # (records, messages, target, queue index, gen, future) from the client's thread
 
     def _target(self, source_topic: str) -> _Target:
         target = self._targets.get(source_topic)
@@ -182,8 +177,8 @@ class RocketMQSinkTask(SinkTask):
             if self._pending + sum(len(b[2]) for b in batches.values()) >= self._max_pending:
                 self._send_all(batches, order)
                 batches, order = {}, []
-                if not self._wait_for_room():
-                    self._transient(records[i:], RetriableError(
+                if not self._wait_for_room(self._max_pending):
+                    self._report_transient(records[i:], RetriableError(
                         f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
                         f"{len(records) - i} record(s) not sent yet"))
                     return
@@ -191,7 +186,7 @@ class RocketMQSinkTask(SinkTask):
                 target = self._target(r.topic)
             except RetriableError as exc:  # the target cannot be looked up: this record and the rest wait, in order
                 self._send_all(batches, order)
-                self._transient(records[i:], exc)
+                self._report_transient(records[i:], exc)
                 return
             value = r.value
             if value is not None and value.__class__ is not bytes:
@@ -250,28 +245,14 @@ class RocketMQSinkTask(SinkTask):
         self._watch(records, messages, target, index, gen or self._gen, fut)
 
     def _watch(self, records, messages, target, index, gen, fut) -> None:
-        outcomes, arrived = self._outcomes, self._arrived
+        arrive = self._arrive
 
         def done(f, item=(records, messages, target, index, gen)) -> None:  # on the client's loop thread
-            outcomes.append((*item, f))
-            arrived.set()
+            arrive((*item, f))
 
         self._pending += len(records)
         gen.left += len(records)
         fut.add_done_callback(done)
-
-    def _transient(self, records: Sequence[ConnectRecord], error: RetriableError) -> None:
-        report = self.context.errant_record_reporter.report
-        for r in records:
-            report(r, error)
-
-    def _wait_for_room(self) -> bool:
-        while self._pending >= self._max_pending:
-            left = self.context.time_left()
-            if left <= 0:
-                return False
-            self.wait_outcomes(min(left, 0.05))
-        return True
 
     # -- outcomes ---------------------------------------------------------------------------------
     def _serve(self) -> int:
@@ -287,12 +268,12 @@ class RocketMQSinkTask(SinkTask):
             if exc is None:
                 result = fut.result()
                 if not result.ok:
-                    self._transient(records, RetriableError(
+                    self._report_transient(records, RetriableError(
                         f"{n} record(s) stored by {target.addrs[index]} without the requested flush "
                         f"({result.status}): sent again"))
                 continue
             if isinstance(exc, RetriableError):
-                self._transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))
+                self._report_transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))
                 self._targets = {k: t for k, t in self._targets.items() if t is not target}  # route looked up again
             elif n > 1:
                 # Refused as a batch: each record on its own, so only those the broker refuses fail.
@@ -303,27 +284,8 @@ class RocketMQSinkTask(SinkTask):
                     f"record {records[0].position()} refused by {target.addrs[index]}: {exc}"))
         return served
 
-    def checkpoint(self):
-        gen, self._gen = self._gen, Outstanding()
-        return gen.done
-
-    def wait_outcomes(self, timeout: float) -> None:
-        if self._serve() or timeout <= 0:
-            return
-        self._arrived.clear()
-        if not self._outcomes:
-            self._arrived.wait(timeout)
-        self._serve()
-
     def flush(self, offsets) -> bool:
-        while True:
-            self._serve()
-            if self._pending <= 0:
-                return True
-            left = self.context.time_left()
-            if left <= 0:
-                return False
-            self.wait_outcomes(min(left, 0.2))
+        return self._settle_all()
 
     def stop(self) -> None:
         if getattr(self, "_client", None) is not None:
