@@ -55,6 +55,26 @@ class PartitionedSourceConnector(SourceConnector):
                                           "must be epoch milliseconds >= 0 when start.position=timestamp"))
         return issues
 
+    # Connectors that list partitions through a pooled client (connect.clientpool.SharedClients)
+    # set these two and get ``start``/``stop``: the parsed config in ``_cfg``, the client in ``_client``.
+    client_pool = None
+    client_key: Any = None  # staticmethod: parsed config -> the pool's key for its client
+
+    def start(self, config: Mapping[str, Any]) -> None:
+        super().start(config)
+        if self.client_pool is None:
+            return
+        self._cfg = self.config_def().parse(config)
+        self._client_key = self.client_key(self._cfg)
+        self._client = self.client_pool.acquire(self._client_key)
+        self._start_watching(self._cfg["refresh.topics.interval.ms"])
+
+    def stop(self) -> None:
+        self._stop_watching()
+        if getattr(self, "_client", None) is not None:
+            self.client_pool.release(self._client_key)
+            self._client = None
+
     def _list_partitions(self) -> list[tuple[str, int]]:
         """Every (topic, partition) the connector reads now, sorted; RetriableError when the
         cluster cannot be asked."""

@@ -127,6 +127,9 @@ def list_namespace_topics(admin_url: str, namespace: str, cfg: Mapping[str, Any]
 class PulsarSourceConnector(PartitionedSourceConnector):
     separator = "|"  # full Pulsar names hold ":" (persistent://...)
 
+    client_pool = CLIENTS
+    client_key = staticmethod(client_settings)
+
     @classmethod
     def config_def(cls) -> ConfigDef:
         return CONFIG
@@ -145,13 +148,6 @@ class PulsarSourceConnector(PartitionedSourceConnector):
     @classmethod
     def task_class(cls) -> type:
         return PulsarSourceTask
-
-    def start(self, config: Mapping[str, Any]) -> None:
-        super().start(config)
-        self._cfg = CONFIG.parse(config)
-        self._settings = client_settings(self._cfg)
-        self._client = CLIENTS.acquire(self._settings)
-        self._start_watching(self._cfg["refresh.topics.interval.ms"])
 
     def _topics(self) -> list[str]:
         if self._cfg["topics"]:
@@ -176,11 +172,6 @@ class PulsarSourceConnector(PartitionedSourceConnector):
                 out.append((topic, split_partition(name)[1]))
         return sorted(set(out))
 
-    def stop(self) -> None:
-        self._stop_watching()
-        if getattr(self, "_client", None) is not None:
-            CLIENTS.release(self._settings)
-            self._client = None
 
 
 class _Partition:

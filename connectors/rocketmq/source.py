@@ -94,6 +94,9 @@ def _tag_set(expression: str) -> frozenset[str] | None:
 class RocketMQSourceConnector(PartitionedSourceConnector):
     separator = ":"
 
+    client_pool = CLIENTS
+    client_key = staticmethod(client_settings)
+
     @classmethod
     def config_def(cls) -> ConfigDef:
         return CONFIG
@@ -111,13 +114,6 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
     @classmethod
     def task_class(cls) -> type:
         return RocketMQSourceTask
-
-    def start(self, config: Mapping[str, Any]) -> None:
-        super().start(config)
-        self._cfg = CONFIG.parse(config)
-        self._settings = client_settings(self._cfg)
-        self._client = CLIENTS.acquire(self._settings)
-        self._start_watching(self._cfg["refresh.topics.interval.ms"])
 
     def _topics(self) -> list[str]:
         if self._cfg["topics"]:
@@ -151,11 +147,6 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
             counts[topic] = max(counts.get(topic, 0), queues)
         return counts
 
-    def stop(self) -> None:
-        self._stop_watching()
-        if getattr(self, "_client", None) is not None:
-            CLIENTS.release(self._settings)
-            self._client = None
 
 
 class _Queue:
