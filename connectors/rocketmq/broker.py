@@ -375,7 +375,10 @@ class Broker:
             if len(m.body) > MAX_MESSAGE_SIZE:
                 raise _Refused(ResponseCode.MESSAGE_ILLEGAL, f"message {i}: body of {len(m.body)} bytes is larger than "
                                                              f"{MAX_MESSAGE_SIZE}")
-        stored = self.store.put(messages)
+        try:
+            stored = self.store.put(messages)  # every record is encoded before any is written
+        except ProtocolError as exc:  # e.g. properties longer than a record holds
+            raise _Refused(ResponseCode.MESSAGE_ILLEGAL, f"message refused: {exc}") from None
         ids = ",".join(offset_message_id(m.store_host, m.commit_log_offset) for m in stored)
         return cmd.response(ResponseCode.SUCCESS, {"msgId": ids, "queueId": queue, "queueOffset": stored[0].queue_offset,
                                                    "MSG_REGION": "DefaultRegion", "TRACE_ON": "false"})

@@ -71,7 +71,7 @@ def test_rocketmq_tag_filter_in_the_replicator_form(rocketmq_pair, spark, tmp_pa
 def test_rocketmq_to_kafka_and_kafka_to_rocketmq(rocketmq_pair, kafka_pair, spark, tmp_path, unique):
     src, dst = rocketmq_pair
     ksrc, kdst = kafka_pair
-    topic, n = _name("ToKafka", unique), 20_000
+    topic, n = _name("ToKafka", unique), 50_000
     produce(src, topic, n, 2)
     kafka_create_topic(kdst.bootstrap, topic, 2)
     driver = make_driver(spark, tmp_path / "r2k", pair_pipeline(
@@ -215,7 +215,7 @@ def test_pulsar_to_rocketmq_and_back(rocketmq_pair, pulsar_pair, spark, tmp_path
 
     psrc, pdst = pulsar_pair
     _, rdst = rocketmq_pair
-    name, n, parts = _name("P2R", unique), 10_000, 2
+    name, n, parts = _name("P2R", unique), 50_000, 2
     ptopic = f"persistent://public/default/{name}"
     psrc.create_partitioned_topics({ptopic: parts})
     pulsar_produce(psrc, ptopic, n, parts)
@@ -248,3 +248,76 @@ def test_pulsar_to_rocketmq_and_back(rocketmq_pair, pulsar_pair, spark, tmp_path
             assert m.partition_key() == f"key-{i}" and m.ordering_key() == f"ok-{i % 7}"
             assert m.event_timestamp() == 1_700_000_000_000 + i
             assert m.properties()["idx"] == str(i) and "rocketmq.msg.id" in m.properties()
+
+
+def test_a_record_the_broker_refuses_fails_alone_and_the_rest_arrive(kafka_pair, rocketmq_pair, spark, tmp_path, unique):
+    """A record whose properties are longer than a RocketMQ record holds is refused by the broker
+    (MESSAGE_ILLEGAL): its batch is sent again record by record, so only that record fails
+    (skipped with errors.tolerance=all, counted) and the nine around it arrive, in order."""
+    from confluent_kafka import Producer
+
+    ksrc, _ = kafka_pair
+    _, dst = rocketmq_pair
+    name, target = f"refused-{unique.rsplit('-', 1)[1]}", _name("Refused", unique)
+    kafka_create_topic(ksrc.bootstrap, name, 1)
+    p = Producer({"bootstrap.servers": ksrc.bootstrap})
+    for i in range(10):
+        p.produce(name, f"value-{i}".encode(), key=str(i).encode(), partition=0,
+                  headers=[("big", b"x" * 40_000)] if i == 4 else None)
+    assert p.flush(30) == 0
+    driver = make_driver(spark, tmp_path, pair_pipeline(
+        unique, {"connector.class": "kafka", "bootstrap.servers": ksrc.bootstrap, "topics": name},
+        {"connector.class": "rocketmq", "namesrv.addr": dst.namesrv, "topic": target, "auto.create.topics": "true"},
+        **{"errors.tolerance": "all"}))
+    stats = []
+    try:
+        for _ in range(10):
+            results = driver.run_epoch()
+            assert [r.state for r in results] == ["RUNNING"], results[0].trace
+            stats.extend(r.stats for r in results)
+            if list(driver.runtimes[0].offsets.values()) == [{"offset": 9}]:
+                break
+        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 9}]
+    finally:
+        driver.close()
+    assert sum(s["errors"] for s in stats) == 1 and sum(s["skipped"] for s in stats) == 1
+    reasons = {k for s in stats for k in s["failure_reasons"]}
+    assert any("MESSAGE_ILLEGAL" in r or "properties" in r for r in reasons), reasons
+    got = [m for msgs in consume_all(dst, target).values() for m in msgs]
+    assert [m.keys[0] for m in got] == [str(i) for i in range(10) if i != 4]
+
+
+def test_start_positions_and_progress_written_to_a_source_consumer_group(rocketmq_pair, spark, tmp_path, unique):
+    """latest skips what is there, timestamp starts at the first message stored at or after it,
+    and with consumer.group the committed positions show up as that group's offsets on the source."""
+    import time
+
+    from connectors.rocketmq.client import SyncRocketMQClient
+
+    src, dst = rocketmq_pair
+    topic = _name("Starts", unique)
+    produce(src, topic, 1000, 1)
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(src, topic, 500, 1, start=1000)
+    for position, extra, first in (("latest", {}, 1500), ("timestamp", {"start.timestamp.ms": middle}, 1000)):
+        target = _name(f"Start{position}", unique)
+        driver = make_driver(spark, tmp_path / position, pair_pipeline(
+            f"{unique}-{position}", {"connector.class": "rocketmq", "namesrv.addr": src.namesrv, "topics": topic,
+                                     "start.position": position, "consumer.group": f"grp-{position}", **extra},
+            {"connector.class": "rocketmq", "namesrv.addr": dst.namesrv, "topic": target, "auto.create.topics": "true"}))
+        end = 1510 if position == "latest" else 1520  # 10 more are produced once the pair runs
+        try:
+            for _ in range(4):
+                driver.run_epoch()
+            produce(src, topic, 10, 1, start=end - 10)
+            run_until(driver, end - first, max_epochs=30)
+            for _ in range(2):  # the last commit is persisted, then written to the source group
+                driver.run_epoch()
+        finally:
+            driver.close()
+        got = sorted(_index(m) for msgs in consume_all(dst, target).values() for m in msgs)
+        assert got == list(range(first, end)), position
+        with SyncRocketMQClient(src.namesrv) as c:
+            assert c.query_consumer_offset(src.namesrv, f"grp-{position}", topic, 0) == end
