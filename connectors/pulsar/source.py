@@ -336,6 +336,10 @@ class PulsarSourceTask(SourceTask):
             return
         if now - entry.idle_since < self._stall_s:
             return
+        if not entry.reader.is_connected():  # gave up reconnecting (seen after broker restarts): a fresh lookup
+            entry.idle_since = now
+            self._reopen(entry, f"delivered nothing for {self._stall_s:g} s and is not connected")
+            return
         check = entry.check = [entry.last, now, None]  # [last delivered when asked, asked at, answer]
         ok = self._pulsar.Result.Ok
 
@@ -350,17 +354,25 @@ class PulsarSourceTask(SourceTask):
             entry.idle_since = now
 
     def _reopen(self, entry: _Partition, why: str) -> None:
-        """Close the partition's reader and open a new one just after the last message delivered."""
+        """Open a new reader just after the last message delivered, then close the old one. If the
+        new one cannot be opened (the broker is away), the old one stays and is tried again later."""
         if entry.last is not None:
             start_id, inclusive = self._pulsar.MessageId(-1, *entry.last), False
         else:
             start_id, inclusive = entry.start
-        log.warning("reader on %s %s: opened again after %s", entry.name, why, entry.last or "its start")
         try:
-            entry.reader.close()
+            reader = self._open(entry.name, start_id, inclusive)
+        except RetriableError as exc:
+            log.warning("reader on %s %s; opening a new one failed, trying again later: %s", entry.name, why, exc)
+            entry.idle_since = time.monotonic()
+            entry.check = None
+            return
+        log.warning("reader on %s %s: opened again after %s", entry.name, why, entry.last or "its start")
+        old, entry.reader = entry.reader, reader
+        try:
+            old.close()
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
-        entry.reader = self._open(entry.name, start_id, inclusive)
         entry.idle_since = entry.check = None
         self.readers_reopened += 1
 

@@ -191,9 +191,12 @@ class _Reader:
     """Stands in for a reader whose subscription went wrong after a reconnection (the misbehaviour
     tests/integration/test_pulsar_mirror.py provokes over the wire by restarting the broker)."""
 
-    def __init__(self, script: list, available: bool = False) -> None:
-        self.script, self.available, self.closed = list(script), available, False
+    def __init__(self, script: list, available: bool = False, connected: bool = True) -> None:
+        self.script, self.available, self.closed, self.connected = list(script), available, False, connected
         self._reader = self
+
+    def is_connected(self):
+        return self.connected
 
     def read_next(self, timeout_ms):
         import pulsar
@@ -261,3 +264,29 @@ def test_source_reopens_a_reader_that_finds_nothing_while_the_broker_has_more():
         task.poll()
         time.sleep(0.06)
     assert idle.asked >= 1 and not opened and not idle.closed
+    gave_up = _Reader([], connected=False)  # stopped reconnecting: opened again without asking the broker
+    task, opened = _task_with(gave_up, stall_ms=50)
+    task.poll()
+    time.sleep(0.06)
+    task.poll()
+    assert len(opened) == 1 and gave_up.closed and not getattr(gave_up, "asked", 0)
+
+
+def test_a_reader_that_cannot_be_opened_again_stays_until_it_can():
+    import time
+
+    from connect.errors import RetriableError
+
+    stalled = _Reader([_Msg(1, -1)], connected=False)
+    task, opened = _task_with(stalled, stall_ms=50)
+
+    def refuse(name, start, inclusive):
+        opened.append(name)
+        raise RetriableError("broker away")
+
+    task._open = refuse
+    task.poll()
+    task.poll()
+    time.sleep(0.06)
+    task.poll()
+    assert opened and not stalled.closed and task._readers[0].reader is stalled  # kept, tried again later
