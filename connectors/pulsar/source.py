@@ -177,7 +177,7 @@ class PulsarSourceConnector(PartitionedSourceConnector):
 class _Partition:
     """One assigned partition: its reader and where it stands."""
 
-    __slots__ = ("reader", "sp", "part", "topic", "floor", "held", "last", "idle_since", "check", "start")
+    __slots__ = ("reader", "sp", "part", "topic", "floor", "held", "last", "idle_since", "check", "opening", "start")
 
     def __init__(self, reader, sp: dict, part: int, topic: str, floor, start: tuple) -> None:
         self.reader = reader
@@ -189,6 +189,7 @@ class _Partition:
         self.last: tuple | None = None  # (ledger, entry, batch) of the last message delivered
         self.idle_since: float | None = None  # since when reads found nothing buffered
         self.check: list | None = None  # an asynchronous has-message-available question in flight
+        self.opening: list | None = None  # a new reader being opened asynchronously (see _reopen)
         self.start = start  # (message id, inclusive): where the reader began
 
     @property
@@ -291,6 +292,8 @@ class PulsarSourceTask(SourceTask):
         return out
 
     def _read_guarded(self, entry: _Partition, most: int, wait_ms: int, out: list) -> None:
+        if entry.opening is not None and entry.opening[0] is not None:
+            self._swap(entry)
         before = len(out)
         try:
             dropped = self._read(entry, most, wait_ms, out)
@@ -354,19 +357,50 @@ class PulsarSourceTask(SourceTask):
             entry.idle_since = now
 
     def _reopen(self, entry: _Partition, why: str) -> None:
-        """Open a new reader just after the last message delivered, then close the old one. If the
-        new one cannot be opened (the broker is away), the old one stays and is tried again later."""
+        """Open a new reader just after the last message delivered, asynchronously (a lookup waits
+        up to operation.timeout.ms while the broker is away; a poll must not); a later poll swaps it
+        in and closes the old one. If it cannot be opened, the old one stays and is tried again later."""
+        if entry.opening is not None:
+            return  # one at a time
         if entry.last is not None:
             start_id, inclusive = self._pulsar.MessageId(-1, *entry.last), False
         else:
             start_id, inclusive = entry.start
+        opening = entry.opening = [None, None, why]  # [result, extension reader, why]
+
+        def opened(result, reader, opening=opening) -> None:  # on the client's IO thread
+            opening[1] = reader
+            opening[0] = result
+
         try:
-            reader = self._open(entry.name, start_id, inclusive)
-        except RetriableError as exc:
-            log.warning("reader on %s %s; opening a new one failed, trying again later: %s", entry.name, why, exc)
+            self._open_async(entry.name, start_id, inclusive, opened)
+        except Exception as exc:  # noqa: BLE001 - the client refused at once: ask again later
+            opening[0] = exc
+        if opening[0] is not None:
+            self._swap(entry)
+
+    def _open_async(self, name: str, start_id, inclusive: bool, callback) -> None:
+        import _pulsar
+
+        conf = _pulsar.ReaderConfiguration()
+        conf.receiver_queue_size(self._queue)
+        conf.start_message_id_inclusive(inclusive)
+        self._client._client.create_reader_async(name, getattr(start_id, "_msg_id", start_id), conf, callback)
+
+    def _swap(self, entry: _Partition) -> None:
+        """A new reader's opening has an outcome: swap it in (closing the old one), or keep the old."""
+        result, raw, why = entry.opening
+        entry.opening = None
+        if result != self._pulsar.Result.Ok:
+            log.warning("reader on %s %s; opening a new one failed, trying again later: %s", entry.name, why, result)
             entry.idle_since = time.monotonic()
             entry.check = None
             return
+        reader = self._pulsar.Reader()  # the extension's reader, in the wrapper the rest of the task uses
+        reader._reader, reader._client = raw, self._client
+        consumers = getattr(self._client, "_consumers", None)
+        if consumers is not None:
+            consumers.append(reader)  # as pulsar.Client.create_reader registers its readers (closed with it)
         log.warning("reader on %s %s: opened again after %s", entry.name, why, entry.last or "its start")
         old, entry.reader = entry.reader, reader
         try:

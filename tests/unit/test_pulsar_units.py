@@ -231,7 +231,9 @@ def _task_with(reader, stall_ms: int = 0):
     sp = {"topic": "persistent://public/default/t", "partition": 0}
     task._readers = [_Partition(reader, sp, 0, sp["topic"], None, (pulsar.MessageId.earliest, False))]
     opened = []
-    task._open = lambda name, start, inclusive: opened.append((name, start, inclusive)) or _Reader([])
+    task._client = None
+    task._open_async = lambda name, start, inclusive, done: (opened.append((name, start, inclusive)),
+                                                              done(pulsar.Result.Ok, _Reader([])))
     return task, opened
 
 
@@ -275,16 +277,16 @@ def test_source_reopens_a_reader_that_finds_nothing_while_the_broker_has_more():
 def test_a_reader_that_cannot_be_opened_again_stays_until_it_can():
     import time
 
-    from connect.errors import RetriableError
+    import pulsar
 
     stalled = _Reader([_Msg(1, -1)], connected=False)
     task, opened = _task_with(stalled, stall_ms=50)
 
-    def refuse(name, start, inclusive):
+    def refuse(name, start, inclusive, done):
         opened.append(name)
-        raise RetriableError("broker away")
+        done(pulsar.Result.Timeout, None)  # what a lookup answers while the broker is away
 
-    task._open = refuse
+    task._open_async = refuse
     task.poll()
     task.poll()
     time.sleep(0.06)
