@@ -1,8 +1,14 @@
-"""Embedded offset store: SQLite under the worker's data directory, which one worker owns.
+"""The worker's stores: connector configs, task offsets and statuses, behind small interfaces.
 
-One row per (connector, source partition); an epoch's offsets are written in one transaction,
-so a crash leaves either the previous epoch's offsets or the new ones, never a mix. Connector
-threads share the store; a lock serialises them.
+Two implementations: the embedded one here (a SQLite file under the worker's data directory,
+which one worker owns; the default) and the broker-backed one in ``worker.kafkastore``
+(compacted Kafka topics, as Kafka Connect's config/offset/status topics).
+
+:class:`OffsetStore` keeps one row per (connector, source partition); an epoch's offsets are
+written in one transaction, so a crash leaves either the previous epoch's offsets or the new
+ones, never a mix. Connector threads share the store; a lock serialises them. ``connect run``
+uses it alone; the worker service (``connect worker start``) uses :class:`SqliteStores`, which
+adds the config and status tables to the same file.
 
 The data directory is locked (``flock`` on ``worker.lock``) for the life of the store: a second
 worker pointed at the same directory gets a clear error instead of interleaving its commits.
@@ -17,13 +23,80 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
+import attrs
 import orjson
 
 from connect.errors import ConnectError
 
-__all__ = ["OffsetStore", "DataDirLocked"]
+__all__ = ["OffsetStore", "DataDirLocked", "OffsetBackend", "ConfigBackend", "StatusBackend", "Stores",
+           "StoredConnector", "StoredStatus", "SqliteStores", "TARGET_STATES"]
+
+TARGET_STATES = ("RUNNING", "PAUSED", "STOPPED")
+
+
+@attrs.frozen
+class StoredConnector:
+    """A connector as submitted: its config exactly as given (provider references unresolved)
+    and the state it should be in."""
+
+    name: str
+    config: dict[str, str]
+    target_state: str = "RUNNING"
+
+
+@attrs.frozen
+class StoredStatus:
+    """The last state reported for a connector (``task`` None) or one of its task pairs."""
+
+    connector: str
+    task: int | None
+    state: str
+    worker_id: str
+    trace: str | None = None
+
+
+class OffsetBackend(Protocol):
+    def load(self, connector: str) -> dict[str, dict[str, Any]]:
+        """Committed offsets of a connector: partition key -> offset."""
+
+    def commit(self, connector: str, offsets: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """Store offsets atomically; an offset of None removes the partition (it starts afresh)."""
+
+    def reset(self, connector: str) -> None:
+        """Remove every offset of a connector."""
+
+    def close(self) -> None: ...
+
+
+class ConfigBackend(Protocol):
+    def connectors(self) -> dict[str, StoredConnector]:
+        """Every stored connector, by name."""
+
+    def put(self, name: str, config: Mapping[str, str], target_state: str | None = None) -> None:
+        """Create or replace a connector's config (keeping its target state unless one is given)."""
+
+    def put_target_state(self, name: str, state: str) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+class StatusBackend(Protocol):
+    def put(self, status: StoredStatus) -> None: ...
+
+    def statuses(self, connector: str) -> list[StoredStatus]:
+        """The connector's own status (task None) and its tasks', as last put."""
+
+    def delete(self, connector: str) -> None: ...
+
+
+class Stores(Protocol):
+    offsets: OffsetBackend
+    configs: ConfigBackend
+    statuses: StatusBackend
+
+    def close(self) -> None: ...
 
 
 class DataDirLocked(ConnectError):
@@ -56,17 +129,28 @@ class OffsetStore:
             rows = self._db.execute("SELECT partition, offset FROM offsets WHERE connector = ?", (connector,)).fetchall()
         return {partition: orjson.loads(offset) for partition, offset in rows}
 
-    def commit(self, connector: str, offsets: Mapping[str, Mapping[str, Any]]) -> None:
+    def commit(self, connector: str, offsets: Mapping[str, Mapping[str, Any] | None]) -> None:
         if not offsets:
             return
+
+        self._write(connector, offsets)
+
+    def _write(self, connector: str, offsets: Mapping[str, Mapping[str, Any] | None]) -> None:
         now = time.time()
-        rows = [(connector, key, orjson.dumps(dict(value)).decode(), now) for key, value in offsets.items()]
+        rows = [(connector, key, orjson.dumps(dict(value)).decode(), now) for key, value in offsets.items()
+                if value is not None]
+        gone = [(connector, key) for key, value in offsets.items() if value is None]
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.executemany(
                 "INSERT INTO offsets (connector, partition, offset, updated) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (connector, partition) DO UPDATE SET offset = excluded.offset, updated = excluded.updated",
                 rows)
+            self._db.executemany("DELETE FROM offsets WHERE connector = ? AND partition = ?", gone)
+
+    def reset(self, connector: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM offsets WHERE connector = ?", (connector,))
 
     def close(self) -> None:
         with self._lock:
@@ -74,6 +158,90 @@ class OffsetStore:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+_WORKER_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS connectors (
+        name         TEXT PRIMARY KEY,
+        config       TEXT NOT NULL,
+        target_state TEXT NOT NULL,
+        updated      REAL NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS statuses (
+        connector TEXT NOT NULL,
+        task      INTEGER NOT NULL,  -- -1: the connector itself
+        state     TEXT NOT NULL,
+        worker_id TEXT NOT NULL,
+        trace     TEXT,
+        PRIMARY KEY (connector, task))""",
+)
+
+
+class _SqliteConfigs:
+    def __init__(self, store: OffsetStore):
+        self._db, self._lock = store._db, store._lock
+
+    def connectors(self) -> dict[str, StoredConnector]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, config, target_state FROM connectors ORDER BY name").fetchall()
+        return {name: StoredConnector(name, orjson.loads(config), state) for name, config, state in rows}
+
+    def put(self, name: str, config: Mapping[str, str], target_state: str | None = None) -> None:
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(
+                "INSERT INTO connectors (name, config, target_state, updated) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET config = excluded.config, updated = excluded.updated"
+                + (", target_state = excluded.target_state" if target_state else ""),
+                (name, orjson.dumps(dict(config)).decode(), target_state or "RUNNING", time.time()))
+
+    def put_target_state(self, name: str, state: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("UPDATE connectors SET target_state = ?, updated = ? WHERE name = ?",
+                             (state, time.time(), name))
+
+    def delete(self, name: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM connectors WHERE name = ?", (name,))
+
+
+class _SqliteStatuses:
+    def __init__(self, store: OffsetStore):
+        self._db, self._lock = store._db, store._lock
+
+    def put(self, status: StoredStatus) -> None:
+        task = -1 if status.task is None else status.task
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO statuses (connector, task, state, worker_id, trace) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (connector, task) DO UPDATE SET state = excluded.state, worker_id = excluded.worker_id, "
+                "trace = excluded.trace", (status.connector, task, status.state, status.worker_id, status.trace))
+
+    def statuses(self, connector: str) -> list[StoredStatus]:
+        with self._lock:
+            rows = self._db.execute("SELECT task, state, worker_id, trace FROM statuses WHERE connector = ? "
+                                    "ORDER BY task", (connector,)).fetchall()
+        return [StoredStatus(connector, None if task < 0 else task, state, worker, trace)
+                for task, state, worker, trace in rows]
+
+    def delete(self, connector: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM statuses WHERE connector = ?", (connector,))
+
+
+class SqliteStores:
+    """The embedded stores: offsets, connector configs and statuses in ``offsets.sqlite`` under
+    the data directory (locked for this worker)."""
+
+    def __init__(self, data_dir: str | Path):
+        self.offsets = OffsetStore(data_dir)
+        with self.offsets._lock:
+            for ddl in _WORKER_SCHEMA:
+                self.offsets._db.execute(ddl)
+        self.configs = _SqliteConfigs(self.offsets)
+        self.statuses = _SqliteStatuses(self.offsets)
+
+    def close(self) -> None:
+        self.offsets.close()
 
 
 def _lock_dir(directory: Path) -> int:
