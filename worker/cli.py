@@ -124,6 +124,44 @@ def run(
     raise typer.Exit(code)
 
 
+worker_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="The long-lived worker service (REST API shaped like Kafka Connect's).")
+app.add_typer(worker_app, name="worker")
+
+
+@worker_app.command("start")
+def worker_start(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Worker settings (JSON), e.g. conf/worker.json."),
+    port: int | None = typer.Option(None, help="REST port (overrides rest.port)."),
+    host: str | None = typer.Option(None, help="REST address (overrides rest.host)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", envvar="CONNECT_DATA_DIR",
+                                         help="Data directory of the embedded stores (overrides data.dir)."),
+    quiet: bool = typer.Option(False, help="Log warnings and errors only."),
+) -> None:
+    """Run the worker until SIGINT/SIGTERM: submit connectors over REST (or `connect connectors ...`);
+    they resume in their last state after a restart."""
+    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from worker.service import load_worker_config, serve
+    from worker.store import DataDirLocked
+
+    overrides = {"rest.port": port, "rest.host": host, "data.dir": str(data_dir) if data_dir else None}
+    try:
+        settings = load_worker_config(config, {k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    try:
+        code = serve(settings)
+    except DataDirLocked as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except (ConnectError, OSError) as exc:
+        typer.echo(f"error: the worker could not start: {exc}", err=True)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
 @app.command()
 def validate(configs: List[Path] = typer.Argument(..., help="Connector JSON files to check.")) -> None:
     """Print every configuration error of every file; exit 1 if there is any."""

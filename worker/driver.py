@@ -239,6 +239,17 @@ class PipelineRuntime:
 OnEpoch = Callable[[int, list[EpochResult], list[PipelineRuntime]], None]
 
 
+def unwanted_pairs(pairs: Sequence[Sequence], runtime_of: Callable[[str], PipelineRuntime | None]) -> list[list]:
+    """``[connector, task]`` of each ``[connector, task, generation]`` no runtime runs any more:
+    unknown connector, another generation (reconfigured, restarted) or a task beyond its count."""
+    unwanted = []
+    for connector, task, generation in pairs:
+        rt = runtime_of(connector)
+        if rt is None or rt.generation != generation or task >= len(rt.tasks):
+            unwanted.append([connector, task])
+    return unwanted
+
+
 class Driver:
     def __init__(self, executor: Executor, store: OffsetStore, pipelines: Sequence[PipelineConfig], *,
                  on_epoch: OnEpoch | None = None, control_host: str = "127.0.0.1"):
@@ -251,6 +262,7 @@ class Driver:
         self.control = ControlServer(control_host)
         self.control.register("stop", lambda _request: self.stop_event.is_set())
         self.control.register("offsets", self._offsets_request)
+        self.control.register("wanted", self._wanted_request)
         executor.attach(self.control)
         self.runtimes: list[PipelineRuntime] = []
         for pipeline in pipelines:
@@ -264,6 +276,10 @@ class Driver:
     def _offsets_request(self, request: dict) -> dict[str, Any]:
         runtime = self._by_name.get(request.get("connector", ""))
         return runtime.committed_offsets(request.get("keys", [])) if runtime else {}
+
+    def _wanted_request(self, request: dict) -> list[list]:
+        """Of the cached pairs a Python worker names, those no connector here runs in that generation."""
+        return unwanted_pairs(request.get("pairs", []), lambda name: self._by_name.get(name))
 
     def _report(self, runtime: PipelineRuntime, results: list[EpochResult]) -> None:
         if self.on_epoch and results:

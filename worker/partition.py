@@ -21,6 +21,11 @@ result was lost) and is restarted from the committed offsets. The spec carries a
 ``token``; the driver persists a result only if its token is the one it issued for that pair
 in that job. Tasks read only their own partitions' committed offsets, through the channel.
 Runners left idle (their pair now lives elsewhere) are stopped after a while.
+
+A process holding runners also asks their driver, about once a second (``wanted``), whether each
+pair is still wanted in its generation: a runner whose connector was stopped, deleted or
+reconfigured is stopped at once (its consumers released, its clients closed) instead of idling,
+and so is every runner of a driver that can no longer be reached (it has gone away).
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ log = logging.getLogger(__name__)
 
 _HOST = socket.gethostname()
 _STOP_POLL_S = 0.2
+_REAP_EVERY_S = 1.0
+_REAP_UNREACHABLE = 3  # consecutive failed ``wanted`` requests before a driver counts as gone
 
 
 @attrs.frozen
@@ -87,6 +94,7 @@ class _Cached:
     generation: str
     runner: TaskPairRunner
     idle_after_s: float  # stop it when it has not run for this long (its pair lives elsewhere)
+    control: ControlAddress | None = None  # the driver it runs for
     last_epoch: int | None = None
     used_at: float = attrs.field(factory=time.monotonic)
 
@@ -95,6 +103,7 @@ _RUNNERS: dict[tuple[str, int], _Cached] = {}
 _LOCK = threading.Lock()  # guards _RUNNERS, _PAIR_LOCKS and _HOME
 _PAIR_LOCKS: dict[tuple[str, int], threading.Lock] = {}  # one epoch of a pair at a time in this process
 _HOME: ControlServer | None = None
+_REAPER: threading.Thread | None = None
 
 
 def _pair_lock(key: tuple[str, int]) -> threading.Lock:
@@ -107,9 +116,10 @@ def _idle_after_s(policy: RunnerPolicy) -> float:
     return 2 * (policy.epoch_max_ms + policy.epoch_grace_ms) / 1000 + 10
 
 
-def _stop_flag(control: ControlAddress | None):
-    """A cheap ``stop_requested()``: asks the driver at most every 0.2 s; an unreachable driver
-    means stop (nobody would receive this epoch's result)."""
+def _stop_flag(control: ControlAddress | None, connector: str):
+    """A cheap ``stop_requested()``: asks the driver at most every 0.2 s whether the worker stops
+    or this connector leaves RUNNING; an unreachable driver means stop (nobody would receive this
+    epoch's result)."""
     if control is None:
         return lambda: False
     client = client_for(control)
@@ -120,7 +130,7 @@ def _stop_flag(control: ControlAddress | None):
         if not state["stop"] and now >= state["next"]:
             state["next"] = now + _STOP_POLL_S
             try:
-                state["stop"] = bool(client.request("stop"))
+                state["stop"] = bool(client.request("stop", connector=connector))
             except ConnectionError:
                 state["stop"] = True
         return state["stop"]
@@ -153,7 +163,7 @@ def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner
         connector=spec.connector, task_id=spec.task, source=spec.source_task_class(), sink=spec.sink_task_class(),
         source_config=spec.source_config, sink_config=spec.sink_config, policy=spec.policy,
         offsets=spec.offsets, offset_lookup=_offset_lookup(spec, control), dlq_factory=_dlq_factory(spec),
-        stop_requested=_stop_flag(control))
+        stop_requested=_stop_flag(control, spec.connector))
 
 
 def _evict(key: tuple[str, int]) -> None:
@@ -198,12 +208,14 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         if cached is None:
             started = time.time()
             try:
-                cached = _Cached(spec.generation, _build(spec, control), _idle_after_s(spec.policy))
+                cached = _Cached(spec.generation, _build(spec, control), _idle_after_s(spec.policy), control)
             except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
                 return _not_run(spec, started, "".join(traceback.format_exception(exc)),
                                 retriable=_transient_start_failure(exc))
             with _LOCK:
                 _RUNNERS[key] = cached
+            if control is not None:
+                _start_reaper()
         try:
             result = cached.runner.run_epoch(spec.epoch)
         finally:
@@ -303,6 +315,62 @@ def run_claimed_epoch(index: int, specs: list[TaskPairSpec], job: JobContext) ->
         except _HomeGone as exc:
             log.warning("home of task pair %s is gone (%s); running it here", claimed["pair"], exc)
     return run_task_pair_epoch(spec, job.control)
+
+
+def _start_reaper() -> None:
+    global _REAPER
+    with _LOCK:
+        if _REAPER is None or not _REAPER.is_alive():
+            _REAPER = threading.Thread(target=_reap_forever, name="connect-reaper", daemon=True)
+            _REAPER.start()
+
+
+def _reap_forever() -> None:
+    unreachable: dict[tuple[str, int], int] = {}
+    while True:
+        time.sleep(_REAP_EVERY_S)
+        try:
+            reap_unwanted(unreachable)
+        except Exception as exc:  # noqa: BLE001 - the reaper must outlive any one failure
+            log.warning("checking cached task pairs with their driver: %s", exc)
+
+
+def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list[tuple[str, int]]:
+    """Ask each driver which of its cached pairs it still wants, in their generation; stop the
+    others (skipping a pair busy with an epoch: it is wanted after all, or ends at its stop flag).
+    Returns the pairs stopped."""
+    unreachable = {} if unreachable is None else unreachable
+    with _LOCK:
+        by_driver: dict[ControlAddress, list[tuple[tuple[str, int], str]]] = {}
+        for key, cached in _RUNNERS.items():
+            if cached.control is not None:
+                by_driver.setdefault(tuple(cached.control), []).append((key, cached.generation))
+    doomed: list[tuple[str, int]] = []
+    for control, pairs in by_driver.items():
+        try:
+            unwanted = client_for(control).request("wanted", pairs=[[c, t, g] for (c, t), g in pairs])
+            unreachable.pop(control[:2], None)
+        except ConnectionError as exc:
+            if "unknown op" in str(exc):  # a driver that does not track this: idle eviction only
+                continue
+            unreachable[control[:2]] = unreachable.get(control[:2], 0) + 1
+            if unreachable[control[:2]] < _REAP_UNREACHABLE:
+                continue
+            log.warning("driver %s:%s unreachable (%s): stopping its %d cached task pair(s)", *control[:2], exc, len(pairs))
+            unwanted = [list(key) for key, _ in pairs]
+        doomed.extend((c, int(t)) for c, t in unwanted)
+    stopped = []
+    for key in doomed:
+        lock = _pair_lock(key)
+        if lock.acquire(blocking=False):
+            try:
+                if key in _RUNNERS:
+                    log.info("stopping task pair %s-%s: its driver no longer runs it here", *key)
+                    _evict(key)
+                    stopped.append(key)
+            finally:
+                lock.release()
+    return stopped
 
 
 def stop_all_cached() -> None:

@@ -1,0 +1,568 @@
+"""The herder of a long-lived worker: connectors submitted at run time, their target states and epochs.
+
+``connect run`` runs a fixed set of connectors (:class:`worker.driver.Driver`); the worker service
+(``connect worker start``) runs this instead. One Spark application serves every connector; each
+connector has its own thread and stream of epochs (its own scheduler pool), so submitting,
+changing, pausing or deleting one never restarts Spark or touches the others, and one connector's
+failure never stops another.
+
+Target states, as in Kafka Connect: RUNNING, PAUSED (no epochs; the task pairs' runners stay
+cached, in flight records are committed at the next epoch) and STOPPED (connector and task pairs
+shut down; offsets can then be altered or reset). Changes take effect within one epoch: the
+running epoch of the connector is asked to end at once (the task pairs' stop flag), it drains
+and commits, and the loop applies the change.
+
+Every change is written to the stores first (configs, target states), so a worker restarted after
+``kill -9`` resumes every connector in its last target state, from its committed offsets.
+Connector configs are stored as submitted: provider references (``${file:...}``, ``${env:...}``,
+keystore plugins) are resolved only when the connector starts, in this process, and values that
+came from providers are masked wherever a config is shown.
+
+Generations: a connector's task pairs are rebuilt (from the committed offsets) whenever its
+config changes, it is restarted, or it comes back from STOPPED (its offsets may have been
+altered); a pause/resume keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from connect.errors import ConfigError, ConfigIssue, ConnectError
+from connect.records import partition_key
+from connect.secrets import MASK, Redactor, is_secret_name
+from connect.tasks.results import FAILED, RUNNING, EpochResult
+from worker.control import ControlServer
+from worker.driver import Executor, PipelineRuntime, unwanted_pairs
+from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
+from worker.store import TARGET_STATES, StoredStatus, Stores
+
+__all__ = ["Herder", "ConnectorNotFound", "ConnectorExists", "StateConflict", "BadRequest", "PAUSED", "STOPPED",
+           "UNASSIGNED", "RESTARTING"]
+
+log = logging.getLogger(__name__)
+
+PAUSED, STOPPED, UNASSIGNED, RESTARTING = "PAUSED", "STOPPED", "UNASSIGNED", "RESTARTING"
+
+
+class ConnectorNotFound(ConnectError):
+    """No connector (or task) of that name: 404."""
+
+
+class ConnectorExists(ConnectError):
+    """A connector of that name exists already: 409."""
+
+
+class StateConflict(ConnectError):
+    """The request does not fit the connector's state (e.g. altering offsets while RUNNING): 409."""
+
+
+class BadRequest(ConnectError):
+    """A malformed request body; the message names the JSON path: 400."""
+
+
+Resolver = Callable[[Mapping[str, str]], tuple[dict[str, str], set[str], set[str]]]
+
+
+def _no_providers(config: Mapping[str, str]) -> tuple[dict[str, str], set[str], set[str]]:
+    return dict(config), set(), set()
+
+
+class _Connector:
+    """One submitted connector: what it should be (config, target) and what it is (runtime, state)."""
+
+    def __init__(self, name: str, config: dict[str, str], target: str, starts: int):
+        self.name = name
+        self.config = config  # as submitted, references unresolved
+        self.target = target
+        self.starts = starts  # bumped when its task pairs must be rebuilt (new generation)
+        self.runtime: PipelineRuntime | None = None
+        self.state = UNASSIGNED
+        self.trace: str | None = None
+        self.secret_values: set[str] = set()
+        self.provided_keys: set[str] = set()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.removed = False
+        self.rebuild = False  # config changed or connector restart asked: new runtime at the next turn
+        self.restart_tasks: set[int] = set()
+        self.restart_all_tasks = False
+        self.published: dict[int, tuple] = {}  # task -> (state, trace) last written to the status store
+
+    def change_pending(self) -> bool:
+        return self.removed or self.rebuild or self.target != RUNNING or bool(self.restart_tasks) or self.restart_all_tasks
+
+
+class Herder:
+    def __init__(self, executor: Executor, stores: Stores, *, worker_id: str, resolver: Resolver | None = None,
+                 metrics: Any = None, control_host: str = "127.0.0.1", idle_wait: float = 1.0):
+        self.executor = executor
+        self.stores = stores
+        self.worker_id = worker_id
+        self.metrics = metrics
+        self.run_id = uuid.uuid4().hex
+        self._resolve = resolver or _no_providers
+        self._idle_wait = idle_wait
+        self._lock = threading.RLock()
+        self._connectors: dict[str, _Connector] = {}
+        self._stopping = threading.Event()
+        self.started = threading.Event()
+        self.redactor = Redactor()
+        self.control = ControlServer(control_host)
+        self.control.register("stop", self._stop_request)
+        self.control.register("offsets", self._offsets_request)
+        self.control.register("wanted", self._wanted_request)
+        executor.attach(self.control)
+
+    # -- control channel ---------------------------------------------------------------------
+    def _stop_request(self, request: dict) -> bool:
+        if self._stopping.is_set():
+            return True
+        name = request.get("connector")
+        if name is None:
+            return False
+        c = self._connectors.get(name)
+        return c is None or c.change_pending()
+
+    def _offsets_request(self, request: dict) -> dict[str, Any]:
+        c = self._connectors.get(request.get("connector", ""))
+        rt = c.runtime if c is not None else None
+        return rt.committed_offsets(request.get("keys", [])) if rt is not None else {}
+
+    def _wanted_request(self, request: dict) -> list[list]:
+        def runtime_of(name: str) -> PipelineRuntime | None:
+            c = self._connectors.get(name)
+            return c.runtime if c is not None else None
+
+        return unwanted_pairs(request.get("pairs", []), runtime_of)
+
+    # -- lifecycle of the herder -----------------------------------------------------------------
+    def start(self) -> None:
+        """Resume every stored connector in its stored target state."""
+        for stored in self.stores.configs.connectors().values():
+            state = stored.target_state if stored.target_state in TARGET_STATES else RUNNING
+            with self._lock:
+                self._launch(_Connector(stored.name, dict(stored.config), state, 0))
+        self.started.set()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every connector (their running epochs end, drain and commit), then the control channel."""
+        self._stopping.set()
+        with self._lock:
+            connectors = list(self._connectors.values())
+        for c in connectors:
+            c.wake.set()
+        deadline = time.monotonic() + timeout
+        for c in connectors:
+            if c.thread is not None:
+                c.thread.join(max(deadline - time.monotonic(), 0.1))
+        self.control.close()
+
+    # -- validation ------------------------------------------------------------------------------
+    def validate(self, name: Any, config: Any, *, path: str = "$.config") -> PipelineConfig:
+        """The parsed pipeline of a submitted config (provider references resolved to check it);
+        raises ConfigError naming every problem by JSON path."""
+        if not isinstance(config, dict):
+            raise BadRequest(f"{path}: must be an object of string keys to string values")
+        try:
+            resolved, _, secret_values = self._resolve(config)
+        except ConfigError as exc:
+            raise ConfigError(exc.issues) from None
+        try:
+            return parse_pipeline({"name": name, "config": resolved})
+        except ConfigError as exc:
+            redact = Redactor(secret_values).redact
+            raise ConfigError([ConfigIssue(_json_path(i.key, path), MASK if i.value is not None and
+                                           isinstance(i.value, str) and i.value in secret_values else i.value,
+                                           redact(i.message)) for i in exc.issues]) from None
+
+    # -- connector operations --------------------------------------------------------------------
+    def connector_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._connectors)
+
+    def _get(self, name: str) -> _Connector:
+        c = self._connectors.get(name)
+        if c is None:
+            raise ConnectorNotFound(f"Connector {name} not found")
+        return c
+
+    def create(self, name: Any, config: Any, initial_state: str = RUNNING) -> dict[str, Any]:
+        if problem := check_connector_name(name):
+            raise BadRequest(f"$.name: {problem}")
+        if initial_state not in TARGET_STATES:
+            raise BadRequest(f"$.initial_state: must be one of {', '.join(TARGET_STATES)}, not {initial_state!r}")
+        config = _strings(config, "$.config")
+        config.pop("name", None)
+        self.validate(name, config)
+        with self._lock:
+            if name in self._connectors:
+                raise ConnectorExists(f"Connector {name} already exists")
+            self.stores.configs.put(name, config, initial_state)
+            c = _Connector(name, config, initial_state, 0)
+            self._launch(c)
+        log.info("connector %s created (%s)", name, initial_state)
+        return self.info(name)
+
+    def put_config(self, name: str, config: Any) -> tuple[bool, dict[str, Any]]:
+        """Create or update; True when it was created."""
+        config = _strings(config, "$")
+        given = config.pop("name", name)
+        if given != name:
+            raise BadRequest(f"$.name: the config names connector {given!r} but the path names {name!r}")
+        with self._lock:
+            exists = name in self._connectors
+        if not exists:
+            return True, self.create(name, config)
+        self.validate(name, config, path="$")
+        with self._lock:
+            c = self._get(name)
+            self.stores.configs.put(name, config)
+            c.config = config
+            c.rebuild = True
+            c.wake.set()
+        log.info("connector %s reconfigured", name)
+        return False, self.info(name)
+
+    def patch_config(self, name: str, patch: Any) -> dict[str, Any]:
+        """Kafka Connect's PATCH: keys given replace, keys given as null are removed."""
+        if not isinstance(patch, dict):
+            raise BadRequest("$: must be an object of config keys to string values (null removes a key)")
+        with self._lock:
+            merged = dict(self._get(name).config)
+        for key, value in patch.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return self.put_config(name, merged)[1]
+
+    def delete(self, name: str, timeout: float | None = None) -> None:
+        """Stop and forget the connector (its committed offsets are kept)."""
+        with self._lock:
+            c = self._get(name)
+            del self._connectors[name]
+            c.removed = True
+            c.wake.set()
+            self.stores.configs.delete(name)
+            self.stores.statuses.delete(name)
+        if c.thread is not None:
+            c.thread.join(timeout if timeout is not None else self._stop_timeout(c))
+        if self.metrics is not None:
+            self.metrics.remove(name)
+        log.info("connector %s deleted", name)
+
+    def set_target(self, name: str, state: str) -> None:
+        with self._lock:
+            c = self._get(name)
+            if c.target == state:
+                return
+            if c.target == STOPPED:
+                c.starts += 1  # offsets may have changed while stopped: fresh task pairs
+            self.stores.configs.put_target_state(name, state)
+            c.target = state
+            c.wake.set()
+        log.info("connector %s: target state %s", name, state)
+
+    def restart(self, name: str, include_tasks: bool = False, only_failed: bool = False) -> dict[str, Any] | None:
+        """Kafka Connect's restart (KIP-745); the status with RESTARTING instances, or None when only the
+        connector was asked for (204)."""
+        with self._lock:
+            c = self._get(name)
+            rt = c.runtime
+            restart_connector = not only_failed or c.state == FAILED
+            tasks = []
+            if include_tasks and rt is not None:
+                tasks = [t.task for t in rt.tasks if not only_failed or t.state == FAILED]
+            if restart_connector:
+                c.rebuild = True
+                if c.state == FAILED:
+                    c.trace = None
+            c.restart_tasks.update(tasks)
+            c.wake.set()
+            if not include_tasks and not only_failed:
+                return None
+            status = self.status(name)
+            if restart_connector:
+                status["connector"]["state"] = RESTARTING
+            for t in status["tasks"]:
+                if t["id"] in tasks or restart_connector:
+                    t["state"] = RESTARTING
+            return status
+
+    def restart_task(self, name: str, task: int) -> None:
+        with self._lock:
+            c = self._get(name)
+            if c.runtime is None or not 0 <= task < len(c.runtime.tasks):
+                raise ConnectorNotFound(f"Task {name}-{task} not found")
+            c.restart_tasks.add(task)
+            c.wake.set()
+
+    # -- views -----------------------------------------------------------------------------------
+    def masked_config(self, c: _Connector) -> dict[str, str]:
+        declared = c.runtime.pipeline.secret_keys() if c.runtime is not None else set()
+        out = {}
+        for key, value in c.config.items():
+            if key in c.provided_keys or "${" in value:
+                out[key] = value  # the reference, never what it resolves to
+            elif key in declared or is_secret_name(key):
+                out[key] = MASK
+            else:
+                out[key] = value
+        return out
+
+    def info(self, name: str) -> dict[str, Any]:
+        with self._lock:
+            c = self._get(name)
+            tasks = len(c.runtime.tasks) if c.runtime is not None else 0
+            return {"name": name, "config": {**self.masked_config(c), "name": name},
+                    "tasks": [{"connector": name, "task": i} for i in range(tasks)], "type": "source"}
+
+    def task_configs(self, name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            c = self._get(name)
+            rt = c.runtime
+            if rt is None:
+                return []
+            redact = Redactor(c.secret_values).redact
+            out = []
+            for t in rt.tasks:
+                flat = {**{f"source.{k}": v for k, v in t.source_config.items()},
+                        **{f"sink.{k}": v for k, v in t.sink_config.items()}}
+                secret = rt.pipeline.secret_keys()
+                shown = {k: MASK if (k in secret or is_secret_name(k)) else redact(str(v)) for k, v in flat.items()}
+                out.append({"id": {"connector": name, "task": t.task}, "config": shown})
+            return out
+
+    def _task_status(self, c: _Connector, t) -> dict[str, Any]:
+        state = t.state
+        if state == RUNNING and c.target == PAUSED:
+            state = PAUSED
+        elif state == RUNNING and t.last is None:
+            state = UNASSIGNED if c.state != RUNNING else RUNNING
+        entry: dict[str, Any] = {"id": t.task, "state": state, "worker_id": self.worker_id}
+        if state == FAILED and t.trace:
+            entry["trace"] = self.redactor.redact(t.trace)
+        if t.last is not None:
+            entry["executor"] = f"{t.last.host}/{t.last.pid}"
+        return entry
+
+    def status(self, name: str) -> dict[str, Any]:
+        with self._lock:
+            c = self._get(name)
+            connector: dict[str, Any] = {"state": c.state, "worker_id": self.worker_id}
+            if c.trace and c.state == FAILED:
+                connector["trace"] = self.redactor.redact(c.trace)
+            tasks = [self._task_status(c, t) for t in c.runtime.tasks] if c.runtime is not None else []
+            return {"name": name, "connector": connector, "tasks": tasks, "type": "source"}
+
+    def task_status(self, name: str, task: int) -> dict[str, Any]:
+        for t in self.status(name)["tasks"]:
+            if t["id"] == task:
+                return t
+        raise ConnectorNotFound(f"Task {name}-{task} not found")
+
+    def target_state(self, name: str) -> str:
+        with self._lock:
+            return self._get(name).target
+
+    # -- offsets ---------------------------------------------------------------------------------
+    def offsets(self, name: str) -> dict[str, Any]:
+        self._get(name)
+        stored = self.stores.offsets.load(name)
+        return {"offsets": [{"partition": orjson.loads(key), "offset": value} for key, value in sorted(stored.items())]}
+
+    def _require_stopped(self, c: _Connector, what: str) -> None:
+        if c.target != STOPPED or c.runtime is not None or (c.thread is not None and c.state != STOPPED):
+            raise StateConflict(f"Connectors must be in the STOPPED state before their offsets can be {what}; "
+                                f"{c.name} is {c.state} (PUT /connectors/{c.name}/stop first)")
+
+    def alter_offsets(self, name: str, body: Any) -> dict[str, str]:
+        with self._lock:
+            c = self._get(name)
+            self._require_stopped(c, "altered")
+            changes = _offset_changes(body)
+            self.stores.offsets.commit(name, changes)
+        return {"message": "The offsets for this connector have been altered successfully"}
+
+    def reset_offsets(self, name: str) -> dict[str, str]:
+        with self._lock:
+            c = self._get(name)
+            self._require_stopped(c, "reset")
+            self.stores.offsets.reset(name)
+        return {"message": "The offsets for this connector have been reset successfully"}
+
+    # -- the connector's thread ------------------------------------------------------------------
+    def _launch(self, c: _Connector) -> None:
+        self._connectors[c.name] = c
+        c.thread = threading.Thread(target=self._loop, args=(c,), name=f"connector-{c.name}", daemon=True)
+        c.thread.start()
+
+    def _stop_timeout(self, c: _Connector) -> float:
+        rt = c.runtime
+        if rt is None:
+            return 10.0
+        p = rt.settings.runner
+        return (p.epoch_max_ms + p.epoch_grace_ms) / 1000 + 10.0
+
+    def _set_state(self, c: _Connector, state: str, trace: str | None = None) -> None:
+        if c.state == state and c.trace == trace:
+            return
+        c.state, c.trace = state, trace
+        if not c.removed:
+            self.stores.statuses.put(StoredStatus(c.name, None, state, self.worker_id, trace))
+        if self.metrics is not None and not c.removed:
+            self.metrics.connector_state(c.name, state)
+
+    def _start_runtime(self, c: _Connector) -> None:
+        with self._lock:
+            config = dict(c.config)
+        resolved, provided, secrets = self._resolve(config)
+        self.redactor.add(secrets)
+        pipeline = parse_pipeline({"name": c.name, "config": resolved})
+        self.redactor.add(pipeline.secret_values())
+        runtime = PipelineRuntime(pipeline, self.stores.offsets, f"{self.run_id}/{c.starts}")
+        with self._lock:
+            c.provided_keys, c.secret_values = provided, secrets
+            c.runtime = runtime
+
+    def _stop_runtime(self, c: _Connector) -> None:
+        rt, c.runtime = c.runtime, None
+        if rt is not None:
+            rt.stop()
+
+    def _apply_restarts(self, c: _Connector) -> None:
+        rt = c.runtime
+        with self._lock:
+            tasks, c.restart_tasks = c.restart_tasks, set()
+        for t in rt.tasks if rt is not None else []:
+            if t.task in tasks:
+                log.info("connector %s: restarting task pair %d", c.name, t.task)
+                t.state, t.trace, t.failures, t.restart_at = RUNNING, None, 0, None
+                t.prev_epoch = None  # its cached runner is rebuilt from the committed offsets
+
+    def _loop(self, c: _Connector) -> None:
+        try:
+            while not self._stopping.is_set() and not c.removed:
+                c.wake.clear()
+                if c.rebuild:
+                    with self._lock:
+                        c.rebuild = False
+                        c.starts += 1
+                    self._stop_runtime(c)
+                    self._set_state(c, RESTARTING)
+                if c.target == STOPPED:
+                    self._stop_runtime(c)
+                    self._set_state(c, STOPPED)
+                    c.wake.wait()
+                    continue
+                if c.runtime is None:
+                    try:
+                        self._start_runtime(c)
+                    except Exception as exc:  # noqa: BLE001 - a connector that cannot start is FAILED
+                        self._set_state(c, FAILED, self.redactor.redact("".join(traceback.format_exception(exc))))
+                        log.error("connector %s failed to start: %s", c.name, self.redactor.redact(str(exc)))
+                        c.wake.wait(30.0)  # until restarted or reconfigured (or try again later)
+                        if not c.wake.is_set():
+                            c.rebuild = True
+                        continue
+                self._apply_restarts(c)
+                if c.target == PAUSED:
+                    self._set_state(c, PAUSED)
+                    self._publish_tasks(c)
+                    c.wake.wait()
+                    continue
+                self._set_state(c, RUNNING)
+                self._turn(c)
+        except Exception:  # noqa: BLE001 - a bug here must not take the worker down
+            log.exception("connector %s: loop ended by an error", c.name)
+            self._set_state(c, FAILED, traceback.format_exc())
+        finally:
+            try:
+                self._stop_runtime(c)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("connector %s: stopping: %s", c.name, exc)
+
+    def _turn(self, c: _Connector) -> None:
+        """One epoch of the connector (or a wait when no pair is due)."""
+        rt = c.runtime
+        try:
+            done = rt.run_epoch(self.executor)
+        except Exception:  # noqa: BLE001 - a bug in one connector's epoch must not end the others
+            log.exception("connector %s: epoch error; retrying", c.name)
+            done = []
+        self._report(c, done)
+        if done:
+            return
+        if not rt.alive() and rt.tasks:
+            c.wake.wait()  # every task pair FAILED for good: until a restart or a new config
+            return
+        wait = self._idle_wait * (5 if rt.last_job_error is not None else 1)
+        restart_in = rt.next_restart_in()
+        c.wake.wait(min(wait, restart_in) if restart_in is not None else wait)
+
+    def _report(self, c: _Connector, results: list[EpochResult]) -> None:
+        if self.metrics is not None:
+            for r in results:
+                self.metrics.epoch(c.name, r)
+        self._publish_tasks(c)
+
+    def _publish_tasks(self, c: _Connector) -> None:
+        rt = c.runtime
+        if rt is None or c.removed:
+            return
+        for t in rt.tasks:
+            entry = self._task_status(c, t)
+            key = (entry["state"], entry.get("trace"))
+            if c.published.get(t.task) != key:
+                c.published[t.task] = key
+                self.stores.statuses.put(StoredStatus(c.name, t.task, entry["state"], self.worker_id, entry.get("trace")))
+                if self.metrics is not None:
+                    self.metrics.task_state(c.name, t.task, entry["state"])
+
+
+def _strings(config: Any, path: str) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise BadRequest(f"{path}: must be an object of string keys to string values")
+    return dict(config)
+
+
+def _json_path(key: str, base: str) -> str:
+    """A config issue's key as a JSON path into the request body."""
+    if key.startswith("$"):
+        return key.replace("$.config", base, 1) if base != "$.config" else key
+    return f'{base}["{key}"]'
+
+
+def _offset_changes(body: Any) -> dict[str, dict[str, Any] | None]:
+    """``{"offsets": [{"partition": {...}, "offset": {...} | null}, ...]}`` as store changes; BadRequest
+    naming the JSON path of the first problem."""
+    if not isinstance(body, dict) or not isinstance(body.get("offsets"), list):
+        raise BadRequest('$.offsets: must be a list of {"partition": {...}, "offset": {...} or null}')
+    unknown = sorted(set(body) - {"offsets"})
+    if unknown:
+        raise BadRequest(f"$.{unknown[0]}: unknown field")
+    changes: dict[str, dict[str, Any] | None] = {}
+    for i, entry in enumerate(body["offsets"]):
+        where = f"$.offsets[{i}]"
+        if not isinstance(entry, dict):
+            raise BadRequest(f"{where}: must be an object with 'partition' and 'offset'")
+        extra = sorted(set(entry) - {"partition", "offset"})
+        if extra:
+            raise BadRequest(f"{where}.{extra[0]}: unknown field")
+        partition = entry.get("partition")
+        if not isinstance(partition, dict) or not partition:
+            raise BadRequest(f"{where}.partition: must be a non-empty object (as GET .../offsets shows it)")
+        if "offset" not in entry:
+            raise BadRequest(f"{where}.offset: missing (an object, or null to remove the partition's offset)")
+        offset = entry["offset"]
+        if offset is not None and (not isinstance(offset, dict) or not offset):
+            raise BadRequest(f"{where}.offset: must be a non-empty object, or null")
+        changes[partition_key(partition)] = offset
+    return changes

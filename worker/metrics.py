@@ -1,0 +1,347 @@
+"""Prometheus metrics of the worker service: per connector and task pair, fed from epoch results.
+
+:class:`ConnectMetrics` owns its own :class:`~prometheus_client.CollectorRegistry` (never the
+process-global one), so several workers, or several tests, in one process never share series.
+It keeps plain numbers under one lock and builds the metric families when scraped, so a scrape
+always sees every metric of an epoch updated together (never half an epoch).
+
+Feeding it:
+
+* :meth:`ConnectMetrics.epoch` with each :class:`~connect.tasks.results.EpochResult` the driver
+  accepted. ``result.stats`` holds per-epoch deltas (``EpochStats.as_dict()``), so counters just add
+  them up; a missing, negative or non-numeric value adds nothing (counters only increase).
+* :meth:`ConnectMetrics.task_state` / :meth:`ConnectMetrics.connector_state` with Kafka-Connect-like
+  states; :meth:`ConnectMetrics.sync` derives them from the driver's runtimes, and
+  :meth:`ConnectMetrics.on_epoch` has the driver's ``on_epoch`` signature (records the results,
+  then syncs).
+* :meth:`ConnectMetrics.remove` when a connector is deleted (every series of it goes).
+
+Absent rather than stale or NaN: a gauge whose value is unknown for the last epoch has no series
+for that task pair until it is known again: the source lag (``result.lag`` is None), the gap
+between epochs (``result.gap_s`` is None: a pair's first epoch, or after a restart), the
+replication latency gauges (no record put in the last epoch) and the acknowledgement latency
+gauges (no acknowledgement timed in the last epoch, or the runner does not report them). Likewise
+``connect_records_acknowledged_total`` and ``connect_ack_latency_seconds`` appear for a task pair
+once its runner first reports acknowledgements (the ``acknowledged`` / ``ack_latency_*`` stats).
+
+Latencies are exported in seconds (stats carry milliseconds). Failure reasons are not exported
+(unbounded label values); the progress lines and logs carry them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable, Iterable, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from connect import __version__
+from connect.tasks.results import FAILED, RUNNING, EpochResult
+
+__all__ = ["ConnectMetrics", "STATES", "DURATION_BUCKETS", "RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED",
+           "RESTARTING"]
+
+PAUSED = "PAUSED"
+STOPPED = "STOPPED"
+UNASSIGNED = "UNASSIGNED"
+RESTARTING = "RESTARTING"
+STATES = (RUNNING, PAUSED, STOPPED, FAILED, UNASSIGNED, RESTARTING)
+
+# Epoch durations: from 10 ms (a near-empty epoch) to a minute (epoch.max.ms plus grace).
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+
+_TASK_LABELS = ("connector", "task")
+
+# (metric name without _total, EpochStats key, help)
+_STAT_COUNTERS = (
+    ("connect_records_polled", "records", "Records polled from the source and put to the sink."),
+    ("connect_bytes_polled", "bytes", "Key and value bytes of the records put to the sink."),
+    ("connect_transient_failures", "transient", "Transient delivery failures (timeouts, full queue...), re-sent."),
+    ("connect_retries", "retries", "Retried calls (poll, put, flush) and re-sent records."),
+    ("connect_record_errors", "errors", "Records that failed permanently (conversion, refused by the destination)."),
+    ("connect_records_dead_lettered", "dead_lettered", "Failed records written to the dead-letter topic."),
+    ("connect_records_dismissed", "dismissed", "Failed records dismissed by the source task (dismiss_failed_msgs)."),
+    ("connect_records_customer_handled", "customer_handled",
+     "Failed records handled by the source task (customer_failed_msgs)."),
+    ("connect_records_skipped", "skipped", "Failed records skipped by errors.tolerance=all."),
+    ("connect_flushes", "flushes", "Commit points (sink flushes)."),
+)
+
+# (metric name, _TaskSeries.gauges key, help)
+_GAUGES = (
+    ("connect_records_in_flight", "in_flight", "Records put (or waiting to be re-sent) not yet acknowledged at epoch end."),
+    ("connect_source_lag_records", "lag", "Records behind the source's end at epoch end (absent when unknown)."),
+    ("connect_replication_latency_avg_seconds", "latency_avg",
+     "Average record age (put time - record timestamp) in the last epoch (absent when it put nothing)."),
+    ("connect_replication_latency_max_seconds", "latency_max",
+     "Largest record age (put time - record timestamp) in the last epoch (absent when it put nothing)."),
+    ("connect_ack_latency_avg_seconds", "ack_avg",
+     "Average acknowledgement time - record timestamp in the last epoch (absent when none was timed)."),
+    ("connect_ack_latency_max_seconds", "ack_max",
+     "Largest acknowledgement time - record timestamp in the last epoch (absent when none was timed)."),
+    ("connect_epoch_gap_seconds", "gap",
+     "Seconds from the end of the previous epoch to the start of the last one (absent for a first epoch)."),
+    ("connect_last_epoch_end_timestamp_seconds", "ended_at", "Unix time the last epoch ended (executor's clock)."),
+)
+
+
+def _delta(value: Any) -> float:
+    """A counter increment: a finite, non-negative number, else 0."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return 0.0
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _state(state: str) -> str:
+    name = str(state).upper()
+    if name not in STATES:
+        raise ValueError(f"unknown state {state!r}; expected one of {', '.join(STATES)}")
+    return name
+
+
+class _TaskSeries:
+    """Everything exported for one (connector, task) pair."""
+
+    __slots__ = ("counters", "acknowledged", "epochs", "failed", "restarts", "buckets", "duration_sum",
+                 "gauges", "latency", "ack_latency")
+
+    def __init__(self) -> None:
+        self.counters = {name: 0.0 for name, _, _ in _STAT_COUNTERS}
+        self.acknowledged: float | None = None  # None until the runner reports acknowledgements
+        self.epochs = 0
+        self.failed = 0
+        self.restarts = 0
+        self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # per bucket (not cumulative), last is +Inf
+        self.duration_sum = 0.0
+        self.gauges: dict[str, float] = {}
+        self.latency = [0.0, 0]  # seconds sum, samples
+        self.ack_latency: list | None = None  # like latency, once acknowledgements are timed
+
+    def observe_duration(self, seconds: float) -> None:
+        for i, bound in enumerate(DURATION_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+                break
+        else:
+            self.buckets[-1] += 1
+        self.duration_sum += seconds
+
+    def set_gauge(self, key: str, value: Any) -> None:
+        number = _number(value)
+        if number is None:
+            self.gauges.pop(key, None)
+        else:
+            self.gauges[key] = number
+
+
+class _Collector(Collector):
+    def __init__(self, collect: Callable[[], list]):
+        self._collect = collect
+
+    def collect(self):
+        return iter(self._collect())
+
+
+class ConnectMetrics:
+    """The worker's Prometheus metrics, in a registry of its own. Every method is thread-safe."""
+
+    def __init__(self, *, version: str | None = None, info: Mapping[str, str] | None = None):
+        self._info = {"version": __version__ if version is None else str(version),
+                      **{str(k): str(v) for k, v in (info or {}).items()}}
+        self._lock = threading.Lock()
+        self._tasks: dict[tuple[str, int], _TaskSeries] = {}
+        self._task_states: dict[tuple[str, int], str] = {}
+        self._connector_states: dict[str, str] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self._families))
+
+    # -- feeding -------------------------------------------------------------------------------
+    def epoch(self, connector: str, result: EpochResult) -> None:
+        """Add one epoch of one task pair (``result.stats`` are that epoch's deltas)."""
+        stats = result.stats or {}
+        key = (connector, int(result.task))
+        duration = result.duration
+        latency_samples = int(_delta(stats.get("latency_samples")))
+        has_ack = "acknowledged" in stats
+        has_ack_latency = any(k in stats for k in ("ack_latency_ms_max", "ack_latency_ms_sum", "ack_latency_samples"))
+        ack_samples = int(_delta(stats.get("ack_latency_samples")))
+        with self._lock:
+            series = self._tasks.get(key)
+            if series is None:
+                series = self._tasks[key] = _TaskSeries()
+            for name, stat, _ in _STAT_COUNTERS:
+                series.counters[name] += _delta(stats.get(stat))
+            if has_ack:
+                series.acknowledged = (series.acknowledged or 0.0) + _delta(stats["acknowledged"])
+            series.epochs += 1
+            if result.state == FAILED:
+                series.failed += 1
+            if result.restarted:
+                series.restarts += 1
+            series.observe_duration(duration)
+
+            series.set_gauge("in_flight", stats.get("in_flight"))
+            series.set_gauge("lag", result.lag)
+            series.set_gauge("gap", result.gap_s)
+            series.set_gauge("ended_at", result.ended_at)
+            if latency_samples:
+                total_s = _delta(stats.get("latency_ms_sum")) / 1000.0
+                series.latency[0] += total_s
+                series.latency[1] += latency_samples
+                series.set_gauge("latency_avg", total_s / latency_samples)
+                series.set_gauge("latency_max", _delta(stats.get("latency_ms_max")) / 1000.0)
+            else:
+                series.set_gauge("latency_avg", None)
+                series.set_gauge("latency_max", None)
+            if has_ack_latency and series.ack_latency is None:
+                series.ack_latency = [0.0, 0]
+            if has_ack_latency and ack_samples:
+                total_s = _delta(stats.get("ack_latency_ms_sum")) / 1000.0
+                series.ack_latency[0] += total_s
+                series.ack_latency[1] += ack_samples
+                series.set_gauge("ack_avg", total_s / ack_samples)
+                series.set_gauge("ack_max", _delta(stats.get("ack_latency_ms_max")) / 1000.0)
+            else:
+                series.set_gauge("ack_avg", None)
+                series.set_gauge("ack_max", None)
+
+    def task_state(self, connector: str, task: int, state: str) -> None:
+        """Set a task pair's state (one of :data:`STATES`; ValueError otherwise)."""
+        name = _state(state)
+        with self._lock:
+            self._task_states[(connector, int(task))] = name
+
+    def connector_state(self, connector: str, state: str) -> None:
+        """Set a connector's state (one of :data:`STATES`; ValueError otherwise)."""
+        name = _state(state)
+        with self._lock:
+            self._connector_states[connector] = name
+
+    def remove(self, connector: str) -> None:
+        """Drop every series of ``connector`` (it was deleted)."""
+        with self._lock:
+            for key in [k for k in self._tasks if k[0] == connector]:
+                del self._tasks[key]
+            for key in [k for k in self._task_states if k[0] == connector]:
+                del self._task_states[key]
+            self._connector_states.pop(connector, None)
+
+    def remove_task(self, connector: str, task: int) -> None:
+        """Drop every series of one task pair (gone after a reconfiguration)."""
+        key = (connector, int(task))
+        with self._lock:
+            self._tasks.pop(key, None)
+            self._task_states.pop(key, None)
+
+    def sync(self, runtimes: Iterable[Any]) -> None:
+        """Take states from the driver's :class:`~worker.driver.PipelineRuntime` objects.
+
+        A task pair is RESTARTING when FAILED with an automatic restart scheduled, else its
+        ``TaskState.state``; a connector is RUNNING while some pair runs or will be restarted
+        (``alive()``), else FAILED (its epoch loop has ended). Series of task pairs the connector
+        no longer has are dropped.
+        """
+        for rt in runtimes:
+            tasks = list(rt.tasks)
+            current = {int(t.task) for t in tasks}
+            states = {int(t.task): RESTARTING if t.state == FAILED and t.restart_at is not None else _state(t.state)
+                      for t in tasks}
+            connector = RUNNING if rt.alive() else FAILED
+            with self._lock:
+                for key in [k for k in (*self._tasks, *self._task_states) if k[0] == rt.name and k[1] not in current]:
+                    self._tasks.pop(key, None)
+                    self._task_states.pop(key, None)
+                for task, state in states.items():
+                    self._task_states[(rt.name, task)] = state
+                self._connector_states[rt.name] = connector
+
+    def on_epoch(self, epoch: int, results: list[EpochResult], runtimes: list[Any]) -> None:
+        """The driver's ``on_epoch`` hook: record ``results``, then :meth:`sync` the runtimes."""
+        for result in results:
+            self.epoch(result.connector, result)
+        self.sync(runtimes)
+
+    # -- exposition ----------------------------------------------------------------------------
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type (for an HTTP ``/metrics`` answer)."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def _families(self) -> list:
+        with self._lock:
+            return self._build()
+
+    def _build(self) -> list:
+        tasks = sorted(self._tasks.items())
+        out: list = [InfoMetricFamily("connect_worker", "Worker build information.", value=self._info)]
+
+        connectors = GaugeMetricFamily("connect_connectors", "Connectors by state.", labels=["state"])
+        for state in STATES:
+            connectors.add_metric([state], sum(1 for s in self._connector_states.values() if s == state))
+        out.append(connectors)
+
+        connector_state = GaugeMetricFamily("connect_connector_state", "1 for the connector's current state, else 0.",
+                                            labels=["connector", "state"])
+        for name, current in sorted(self._connector_states.items()):
+            for state in STATES:
+                connector_state.add_metric([name, state], 1.0 if state == current else 0.0)
+        out.append(connector_state)
+
+        task_state = GaugeMetricFamily("connect_task_state", "1 for the task pair's current state, else 0.",
+                                       labels=[*_TASK_LABELS, "state"])
+        for (name, task), current in sorted(self._task_states.items()):
+            for state in STATES:
+                task_state.add_metric([name, str(task), state], 1.0 if state == current else 0.0)
+        out.append(task_state)
+
+        for metric, _, doc in _STAT_COUNTERS:
+            family = CounterMetricFamily(metric, doc, labels=_TASK_LABELS)
+            for (name, task), series in tasks:
+                family.add_metric([name, str(task)], series.counters[metric])
+            out.append(family)
+        acknowledged = CounterMetricFamily("connect_records_acknowledged",
+                                           "Records whose delivery the destination confirmed.", labels=_TASK_LABELS)
+        epochs = CounterMetricFamily("connect_epochs", "Epochs run.", labels=_TASK_LABELS)
+        failed = CounterMetricFamily("connect_epochs_failed", "Epochs that ended FAILED.", labels=_TASK_LABELS)
+        restarts = CounterMetricFamily("connect_task_restarts", "Epochs in which the worker process had to (re)start "
+                                       "the pair's tasks.", labels=_TASK_LABELS)
+        duration = HistogramMetricFamily("connect_epoch_duration_seconds", "Epoch duration.", labels=_TASK_LABELS)
+        latency = SummaryMetricFamily("connect_replication_latency_seconds",
+                                      "Record age (put time - record timestamp), over all records put.", labels=_TASK_LABELS)
+        ack_latency = SummaryMetricFamily("connect_ack_latency_seconds", "Acknowledgement time - record timestamp, "
+                                          "over all acknowledged records timed.", labels=_TASK_LABELS)
+        gauges = {key: GaugeMetricFamily(metric, doc, labels=_TASK_LABELS) for metric, key, doc in _GAUGES}
+        for (name, task), series in tasks:
+            labels = [name, str(task)]
+            if series.acknowledged is not None:
+                acknowledged.add_metric(labels, series.acknowledged)
+            epochs.add_metric(labels, series.epochs)
+            failed.add_metric(labels, series.failed)
+            restarts.add_metric(labels, series.restarts)
+            cumulative, buckets = 0, []
+            for bound, count in zip((*DURATION_BUCKETS, math.inf), series.buckets, strict=True):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            duration.add_metric(labels, buckets, series.duration_sum)
+            latency.add_metric(labels, series.latency[1], series.latency[0])
+            if series.ack_latency is not None:
+                ack_latency.add_metric(labels, series.ack_latency[1], series.ack_latency[0])
+            for key, value in series.gauges.items():
+                gauges[key].add_metric(labels, value)
+        out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values()]
+        return out

@@ -1,0 +1,334 @@
+"""The worker's REST API: Kafka Connect's paths, methods, status codes and JSON shapes.
+
+Served by uvicorn (``connect worker start``); the OpenAPI document is at ``/openapi.json`` (and
+browsable at ``/docs``). Errors answer Kafka Connect's body ``{"error_code": N, "message": "..."}``:
+400 for a malformed body (the message names the JSON path), 401 without valid credentials when
+authentication is on, 404 for an unknown connector, task or plugin, 409 for a state conflict
+(a connector that exists already, offsets changed while not STOPPED), 500 otherwise.
+
+A connector here is a pipeline (``source.*`` and ``sink.*`` keys, see ``worker.pipeline``); its
+``type`` is reported as ``source``, which is what it is to Kafka Connect tooling (it polls a
+source cluster). Secrets never leave: declared-secret and credential-named keys are masked and
+provider references are shown as written, never resolved.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from typing import Any, Callable
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from connect.config import NO_DEFAULT
+from connect.errors import ConfigError, ConnectError, PluginError
+from connect.plugins import list_plugins, resolve_connector
+from connect.secrets import MASK
+from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
+
+__all__ = ["create_app", "RestAuth"]
+
+VERSION = "0.1.0"
+
+
+class RestAuth:
+    """Optional authentication: a bearer token, or basic credentials (either or both)."""
+
+    def __init__(self, token: str | None = None, user: str | None = None, password: str | None = None):
+        self.token = token or None
+        self.basic = (user, password or "") if user else None
+
+    @property
+    def enabled(self) -> bool:
+        return self.token is not None or self.basic is not None
+
+    def allows(self, header: str | None) -> bool:
+        if not header:
+            return False
+        scheme, _, value = header.partition(" ")
+        value = value.strip()
+        if scheme.lower() == "bearer" and self.token is not None:
+            return secrets.compare_digest(value.encode(), self.token.encode())
+        if scheme.lower() == "basic" and self.basic is not None:
+            try:
+                user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return False
+            return (secrets.compare_digest(user.encode(), self.basic[0].encode())
+                    & secrets.compare_digest(password.encode(), self.basic[1].encode()))
+        return False
+
+
+def _error(code: int, message: str) -> JSONResponse:
+    return JSONResponse({"error_code": code, "message": message}, status_code=code)
+
+
+def _config_error_message(exc: ConfigError) -> str:
+    issues = exc.issues
+    lines = [f"{i.key}: {i.message}" + (f" (value {i.value!r})" if i.value not in (None, MASK) else "") for i in issues]
+    return (f"Connector configuration is invalid and contains the following {len(issues)} error(s):\n"
+            + "\n".join(lines))
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        raise BadRequest("$: a JSON body is required")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"$: not valid JSON: {exc}") from None
+
+
+def _bool_param(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "false").lower()
+    if value not in ("true", "false"):
+        raise BadRequest(f"query parameter {name}: must be true or false, not {value!r}")
+    return value == "true"
+
+
+def _plugin_kind(name: str) -> str:
+    return "source" if name.endswith("-source") else "sink" if name.endswith("-sink") else "?"
+
+
+def _resolve_plugin(plugin: str):
+    for info in list_plugins():
+        if plugin in (info.name, info.target, info.target.rpartition(":")[2], info.target.replace(":", ".")):
+            kind = _plugin_kind(info.name)
+            if kind != "?":
+                return resolve_connector(info.target, kind), info
+    raise ConnectorNotFound(f"Unknown connector plugin {plugin}; GET /connector-plugins lists them")
+
+
+def _definition(key) -> dict[str, Any]:
+    default = None if key.default is NO_DEFAULT else key.default
+    if key.is_secret and default:
+        default = MASK
+    return {"name": key.name, "type": key.type.name, "required": key.required, "default_value":
+            None if default is None else str(default), "importance": key.importance.name,
+            "documentation": key.doc, "group": None, "width": "NONE", "display_name": key.name, "dependents": [],
+            "order": -1}
+
+
+def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None) -> FastAPI:
+    """The ASGI application over ``herder``."""
+    app = FastAPI(title="connect-bridge worker", version=VERSION,
+                  description="Kafka Connect's REST API over a Spark-based cross-broker connector worker.")
+    auth = auth or RestAuth()
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next: Callable):
+        if auth.enabled and request.url.path not in ("/health",) and not auth.allows(request.headers.get("authorization")):
+            response = _error(401, "Authentication required: send Authorization: Bearer <token> or Basic credentials")
+            response.headers["WWW-Authenticate"] = 'Bearer, Basic realm="connect"'
+            return response
+        return await call_next(request)
+
+    @app.exception_handler(ConnectError)
+    async def connect_error(_request: Request, exc: ConnectError):
+        if isinstance(exc, ConnectorNotFound):
+            return _error(404, str(exc))
+        if isinstance(exc, (ConnectorExists, StateConflict)):
+            return _error(409, str(exc))
+        if isinstance(exc, ConfigError):
+            return _error(400, herder.redactor.redact(_config_error_message(exc)))
+        if isinstance(exc, (BadRequest, PluginError)):
+            return _error(400, herder.redactor.redact(str(exc)))
+        return _error(500, herder.redactor.redact(str(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException):
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internal_error(_request: Request, exc: Exception):
+        return _error(500, herder.redactor.redact(f"{type(exc).__name__}: {exc}"))
+
+    call = run_in_threadpool
+
+    # -- worker -----------------------------------------------------------------------------
+    @app.get("/")
+    async def root():
+        return {"version": VERSION, "commit": "", "kafka_cluster_id": None, "worker_id": herder.worker_id}
+
+    @app.get("/health")
+    async def health():
+        if not herder.started.is_set():
+            return JSONResponse({"status": "starting", "message": "Worker is still starting up."}, status_code=503)
+        return {"status": "healthy", "message": "Worker has completed startup and is ready to handle requests."}
+
+    @app.get("/metrics")
+    async def prometheus():
+        if metrics is None:
+            return Response("", media_type="text/plain")
+        body, content_type = await call(metrics.render)
+        return Response(body, media_type=content_type)
+
+    # -- connectors -------------------------------------------------------------------------
+    @app.get("/connectors")
+    async def list_connectors(request: Request):
+        expand = request.query_params.getlist("expand")
+        bad = [e for e in expand if e not in ("status", "info")]
+        if bad:
+            raise BadRequest(f"query parameter expand: must be status or info, not {bad[0]!r}")
+        names = herder.connector_names()
+        if not expand:
+            return names
+        out: dict[str, dict[str, Any]] = {}
+        for name in names:
+            entry = {}
+            try:
+                if "status" in expand:
+                    entry["status"] = herder.status(name)
+                if "info" in expand:
+                    entry["info"] = herder.info(name)
+            except ConnectorNotFound:  # deleted meanwhile
+                continue
+            out[name] = entry
+        return out
+
+    @app.post("/connectors", status_code=201)
+    async def create_connector(request: Request):
+        body = await _body(request)
+        if not isinstance(body, dict):
+            raise BadRequest('$: must be an object {"name": ..., "config": {...}, "initial_state"?: ...}')
+        unknown = sorted(set(body) - {"name", "config", "initial_state"})
+        if unknown:
+            raise BadRequest(f"$.{unknown[0]}: unknown field")
+        if "config" not in body:
+            raise BadRequest("$.config: missing")
+        name = body.get("name")
+        config = body.get("config")
+        if isinstance(config, dict) and name is None:
+            name = config.get("name")
+        state = body.get("initial_state", "RUNNING")
+        if isinstance(state, str):
+            state = state.upper()
+        info = await call(herder.create, name, config, state)
+        return JSONResponse(info, status_code=201, headers={"Location": f"/connectors/{info['name']}"})
+
+    @app.get("/connectors/{name}")
+    async def get_connector(name: str):
+        return herder.info(name)
+
+    @app.delete("/connectors/{name}", status_code=204)
+    async def delete_connector(name: str):
+        await call(herder.delete, name)
+        return Response(status_code=204)
+
+    @app.get("/connectors/{name}/config")
+    async def get_config(name: str):
+        return herder.info(name)["config"]
+
+    @app.put("/connectors/{name}/config")
+    async def put_config(name: str, request: Request):
+        body = await _body(request)
+        created, info = await call(herder.put_config, name, body)
+        return JSONResponse(info, status_code=201 if created else 200)
+
+    @app.patch("/connectors/{name}/config")
+    async def patch_config(name: str, request: Request):
+        body = await _body(request)
+        return await call(herder.patch_config, name, body)
+
+    @app.get("/connectors/{name}/status")
+    async def connector_status(name: str):
+        return herder.status(name)
+
+    @app.get("/connectors/{name}/tasks")
+    async def connector_tasks(name: str):
+        return herder.task_configs(name)
+
+    @app.get("/connectors/{name}/tasks/{task}/status")
+    async def task_status(name: str, task: int):
+        return herder.task_status(name, task)
+
+    @app.post("/connectors/{name}/tasks/{task}/restart", status_code=204)
+    async def restart_task(name: str, task: int):
+        herder.restart_task(name, task)
+        return Response(status_code=204)
+
+    @app.post("/connectors/{name}/restart")
+    async def restart_connector(name: str, request: Request):
+        include_tasks = _bool_param(request, "includeTasks")
+        only_failed = _bool_param(request, "onlyFailed")
+        status = herder.restart(name, include_tasks, only_failed)
+        if status is None:
+            return Response(status_code=204)
+        return JSONResponse(status, status_code=202)
+
+    def _target(state: str):
+        async def change(name: str):
+            await call(herder.set_target, name, state)
+            return Response(status_code=202)
+
+        return change
+
+    app.put("/connectors/{name}/pause", status_code=202)(_target(PAUSED))
+    app.put("/connectors/{name}/resume", status_code=202)(_target("RUNNING"))
+    app.put("/connectors/{name}/stop", status_code=202)(_target(STOPPED))
+
+    # -- offsets ----------------------------------------------------------------------------
+    @app.get("/connectors/{name}/offsets")
+    async def get_offsets(name: str):
+        return await call(herder.offsets, name)
+
+    @app.patch("/connectors/{name}/offsets")
+    async def alter_offsets(name: str, request: Request):
+        body = await _body(request)
+        return await call(herder.alter_offsets, name, body)
+
+    @app.delete("/connectors/{name}/offsets")
+    async def reset_offsets(name: str):
+        return await call(herder.reset_offsets, name)
+
+    # -- plugins ----------------------------------------------------------------------------
+    @app.get("/connector-plugins")
+    async def plugins():
+        out = []
+        for info in list_plugins():
+            kind = _plugin_kind(info.name)
+            if kind == "?":
+                continue
+            try:
+                version = resolve_connector(info.target, kind).version()
+            except ConnectError:
+                continue
+            out.append({"class": info.target.replace(":", "."), "type": kind, "version": version, "alias": info.name})
+        return out
+
+    @app.get("/connector-plugins/{plugin}/config")
+    async def plugin_config(plugin: str):
+        cls, _ = _resolve_plugin(plugin)
+        return [_definition(k) for k in cls.config_def().keys()]
+
+    @app.put("/connector-plugins/{plugin}/config/validate")
+    async def validate(plugin: str, request: Request):
+        cls, info = _resolve_plugin(plugin)
+        body = await _body(request)
+        if not isinstance(body, dict):
+            raise BadRequest("$: must be an object of config keys to values")
+        config = {k: v for k, v in body.items() if k not in ("connector.class", "name")}
+        cdef = cls.config_def()
+        issues = list(cls.validate(config)) + list(cdef.unknown_keys(config))
+        errors: dict[str, list[str]] = {}
+        for issue in issues:
+            errors.setdefault(issue.key, []).append(issue.message)
+        configs = []
+        for key in cdef.keys():
+            value = config.get(key.name)
+            shown = MASK if key.is_secret and value else value
+            configs.append({"definition": _definition(key), "value": {
+                "name": key.name, "value": None if shown is None else str(shown), "recommended_values": [],
+                "errors": errors.pop(key.name, []), "visible": True}})
+        for key, messages in errors.items():  # keys nobody declares
+            configs.append({"definition": None, "value": {"name": key, "value": None, "recommended_values": [],
+                                                          "errors": messages, "visible": True}})
+        count = sum(len(c["value"]["errors"]) for c in configs)
+        return {"name": info.target.replace(":", "."), "error_count": count, "groups": ["Common"], "configs": configs}
+
+    return app

@@ -1,0 +1,233 @@
+"""``connect worker start``: the long-lived worker (Spark driver + herder + REST API on uvicorn).
+
+The worker config is a JSON object of string keys (``conf/worker.json``), checked with the same
+declared-config machinery as connectors (unknown keys get a did-you-mean, values are validated,
+secrets are masked in every error). Config provider references (``${env:...}``, ``${file:...}``,
+keystore plugins) work in it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Mapping
+
+import attrs
+import orjson
+
+from connect.config import ConfigDef, Importance, Type, in_range, one_of
+from connect.errors import ConfigError, ConfigIssue
+from connect.secrets import Redactor, install_log_redaction
+
+__all__ = ["WORKER_CONFIG", "WorkerConfig", "load_worker_config", "Worker"]
+
+log = logging.getLogger(__name__)
+
+WORKER_CONFIG = (
+    ConfigDef()
+    .define("rest.host", Type.STRING, "127.0.0.1", "Address the REST API listens on.", importance=Importance.HIGH)
+    .define("rest.port", Type.INT, 8083, "Port of the REST API (0: any free port).", validator=in_range(0, 65535))
+    .define("rest.auth.token", Type.PASSWORD, "", "Bearer token every REST request must send (empty: none).")
+    .define("rest.auth.user", Type.STRING, "", "User of HTTP basic authentication (empty: none).")
+    .define("rest.auth.password", Type.PASSWORD, "", "Password of HTTP basic authentication.")
+    .define("rest.tls.certfile", Type.STRING, "", "PEM certificate chain: serve HTTPS (with rest.tls.keyfile).")
+    .define("rest.tls.keyfile", Type.STRING, "", "PEM private key of rest.tls.certfile.")
+    .define("rest.tls.keyfile.password", Type.PASSWORD, "", "Password of an encrypted rest.tls.keyfile.")
+    .define("data.dir", Type.STRING, "data", "Where the embedded stores (SQLite) live; locked by this worker.")
+    .define("store", Type.STRING, "sqlite", "sqlite: embedded stores in data.dir; kafka: compacted topics.",
+            validator=one_of("sqlite", "kafka"))
+    .define("store.kafka.bootstrap.servers", Type.STRING, "", "Kafka cluster holding the stores (store=kafka).")
+    .define("store.kafka.config.topic", Type.STRING, "connect-configs", "Compacted topic of connector configs.")
+    .define("store.kafka.offset.topic", Type.STRING, "connect-offsets", "Compacted topic of committed offsets.")
+    .define("store.kafka.status.topic", Type.STRING, "connect-status", "Compacted topic of statuses.")
+    .define("store.kafka.replication.factor", Type.INT, 1, "Replication factor of the store topics.",
+            validator=in_range(1, 32))
+    .define("spark.master", Type.STRING, "", "Spark master; default local[worker.task.slots].")
+    .define("worker.task.slots", Type.INT, 16, "Task pairs that can run at once in local mode (all connectors).",
+            validator=in_range(1, 4096))
+    .define("worker.id", Type.STRING, "", "Name of this worker in statuses; default host:rest.port.")
+    .define_prefix("spark.conf.", "Spark settings, e.g. spark.conf.spark.executor.memory.")
+    .define_prefix("store.kafka.client.", "Client settings of the store's Kafka clients (security, SASL...).")
+    .define_prefix("config.providers", "Config providers: config.providers=NAMES, config.providers.NAME.class/param.*")
+)
+
+
+@attrs.frozen
+class WorkerConfig:
+    values: dict[str, Any]
+    raw: dict[str, str]
+
+    def get(self, key: str) -> Any:
+        return self.values[key]
+
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        return {k[len(prefix):]: v for k, v in self.raw.items() if k.startswith(prefix)}
+
+    def providers_config(self) -> dict[str, str]:
+        return {k: v for k, v in self.raw.items() if k.startswith("config.providers")}
+
+
+def load_worker_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> WorkerConfig:
+    """The worker config from a JSON file (or defaults), with ``overrides`` applied; provider
+    references resolved; raises ConfigError naming the file and every bad key."""
+    document: Any = {}
+    source = str(path) if path else None
+    if path:
+        try:
+            document = orjson.loads(Path(path).read_bytes())
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}", source=source) from None
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"not valid JSON: {exc}", source=source) from None
+    if not isinstance(document, dict):
+        raise ConfigError([ConfigIssue("$", None, "must be a JSON object of worker settings")], source=source)
+    raw: dict[str, str] = {}
+    issues = []
+    for key, value in {**document, **(overrides or {})}.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        if not isinstance(value, (str, int, float)):
+            issues.append(ConfigIssue(f'$["{key}"]', None, "must be a string, number or boolean"))
+            continue
+        raw[key] = str(value)
+    if issues:
+        raise ConfigError(issues, source=source)
+    from connect.providers import ConfigProviders
+
+    providers = ConfigProviders.from_worker_config({k: v for k, v in raw.items() if k.startswith("config.providers")})
+    resolved = providers.resolve(raw).config
+    issues = list(WORKER_CONFIG.validate(resolved)) + list(WORKER_CONFIG.unknown_keys(resolved))
+    values = WORKER_CONFIG.parse(resolved, source=source) if not issues else {}
+    if not issues and values["store"] == "kafka" and not values["store.kafka.bootstrap.servers"]:
+        issues.append(ConfigIssue("store.kafka.bootstrap.servers", None, "required when store=kafka"))
+    if not issues and bool(values["rest.tls.certfile"]) != bool(values["rest.tls.keyfile"]):
+        issues.append(ConfigIssue("rest.tls.keyfile", None, "rest.tls.certfile and rest.tls.keyfile go together"))
+    if issues:
+        raise ConfigError(issues, source=source)
+    return WorkerConfig(values, resolved)
+
+
+class Worker:
+    """Builds and runs the service: stores, Spark, herder, metrics, REST server."""
+
+    def __init__(self, config: WorkerConfig, *, spark_app=None):
+        from connect.providers import ConfigProviders
+
+        from worker.metrics import ConnectMetrics
+
+        self.config = config
+        self.providers = ConfigProviders.from_worker_config(config.providers_config())
+        self.metrics = ConnectMetrics()
+        self._spark_app = spark_app  # a running SparkApp/SparkContext to use (tests); None: start one
+        self._owns_spark = spark_app is None
+        self.stores = self._open_stores()
+        self.herder = None
+        self.server = None
+        self.port: int | None = None
+
+    def _open_stores(self):
+        c = self.config
+        if c.get("store") == "kafka":
+            from worker.kafkastore import KafkaStores
+
+            return KafkaStores(c.get("store.kafka.bootstrap.servers"), config_topic=c.get("store.kafka.config.topic"),
+                               offset_topic=c.get("store.kafka.offset.topic"),
+                               status_topic=c.get("store.kafka.status.topic"),
+                               replication_factor=c.get("store.kafka.replication.factor"),
+                               client_config=c.prefixed("store.kafka.client."))
+        from worker.store import SqliteStores
+
+        return SqliteStores(c.get("data.dir"))
+
+    def _resolver(self, config: Mapping[str, str]):
+        resolved = self.providers.resolve(config)
+        return resolved.config, set(resolved.provided_keys), set(resolved.secret_values)
+
+    def start(self) -> None:
+        """Start Spark, the herder (resuming stored connectors) and the REST server (in a thread)."""
+        import uvicorn
+
+        from worker.herder import Herder
+        from worker.rest import RestAuth, create_app
+        from worker.spark import SparkExecutor, control_host, start_spark
+
+        c = self.config
+        master = c.get("spark.master") or f"local[{c.get('worker.task.slots')}]"
+        if self._spark_app is None:
+            self._spark_app = start_spark(master, c.prefixed("spark.conf."))
+        spark = self._spark_app
+        host = "127.0.0.1" if master.startswith("local") else control_host(_ready(spark))
+        sock = socket.socket(socket.AF_INET6 if ":" in c.get("rest.host") else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((c.get("rest.host"), c.get("rest.port")))
+        self.port = sock.getsockname()[1]
+        worker_id = c.get("worker.id") or f"{c.get('rest.host')}:{self.port}"
+        self.herder = Herder(SparkExecutor(spark), self.stores, worker_id=worker_id, resolver=self._resolver,
+                             metrics=self.metrics, control_host=host)
+        redactor = self.herder.redactor
+        redactor.add(v for k, v in c.raw.items() if v and WORKER_CONFIG.is_secret(k))
+        install_log_redaction(redactor)
+        auth = RestAuth(c.get("rest.auth.token"), c.get("rest.auth.user"), c.get("rest.auth.password"))
+        app = create_app(self.herder, auth=auth, metrics=self.metrics)
+        tls = {}
+        if c.get("rest.tls.certfile"):
+            tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
+                   "ssl_keyfile_password": c.get("rest.tls.keyfile.password") or None}
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", **tls)
+        self.server = uvicorn.Server(config)
+        self.server.install_signal_handlers = lambda: None  # the CLI owns the signals
+        threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="rest", daemon=True).start()
+        _ready(spark)  # a Spark that cannot start ends here, with its error
+        self.herder.start()
+        scheme = "https" if tls else "http"
+        log.info("worker %s: REST API on %s://%s:%d", worker_id, scheme, c.get("rest.host"), self.port)
+
+    def close(self) -> None:
+        if self.herder is not None:
+            self.herder.close()
+        if self.server is not None:
+            self.server.should_exit = True
+        self.stores.close()
+        if self._owns_spark and self._spark_app is not None:
+            try:
+                self._spark_app.result().stop()
+            except Exception:  # noqa: BLE001 - Spark never started
+                pass
+
+
+def _ready(spark):
+    """The SparkApp of a future still starting (waiting for it), or the app given."""
+    return spark.result() if isinstance(spark, Future) else spark
+
+
+def serve(config: WorkerConfig) -> int:
+    """Run until SIGINT/SIGTERM; connectors end their epochs, drain and commit."""
+    stop = threading.Event()
+
+    def request_stop(signum, _frame):
+        if stop.is_set():
+            os._exit(130)
+        log.warning("received %s: stopping the connectors (epochs drain and commit)", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    worker = Worker(config)
+    try:
+        worker.start()
+        print(f"worker ready: REST API on port {worker.port}", flush=True)
+        stop.wait()
+    finally:
+        worker.close()
+    return 0
+
+
+def redactor_for(config: WorkerConfig) -> Redactor:
+    return Redactor(v for k, v in config.raw.items() if v and WORKER_CONFIG.is_secret(k))
