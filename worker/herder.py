@@ -342,7 +342,7 @@ class Herder:
 
     def _task_status(self, c: _Connector, t) -> dict[str, Any]:
         state = t.state
-        if state == RUNNING and c.target == PAUSED:
+        if state == RUNNING and c.state == PAUSED:
             state = PAUSED
         elif state == RUNNING and t.last is None:
             state = UNASSIGNED if c.state != RUNNING else RUNNING

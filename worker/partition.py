@@ -119,7 +119,7 @@ def _idle_after_s(policy: RunnerPolicy) -> float:
 def _stop_flag(control: ControlAddress | None, connector: str):
     """A cheap ``stop_requested()``: asks the driver at most every 0.2 s whether the worker stops
     or this connector leaves RUNNING; an unreachable driver means stop (nobody would receive this
-    epoch's result)."""
+    epoch's result). A stop is asked again too: a paused connector that resumes runs again."""
     if control is None:
         return lambda: False
     client = client_for(control)
@@ -127,7 +127,7 @@ def _stop_flag(control: ControlAddress | None, connector: str):
 
     def requested() -> bool:
         now = time.monotonic()
-        if not state["stop"] and now >= state["next"]:
+        if now >= state["next"]:
             state["next"] = now + _STOP_POLL_S
             try:
                 state["stop"] = bool(client.request("stop", connector=connector))

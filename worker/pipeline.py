@@ -38,6 +38,7 @@ from connect.connector import SinkConnector, SourceConnector
 from connect.converters import CONVERTERS
 from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
+from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
 from connect.secrets import MASK, Redactor, is_secret_name
 from worker.settings import FrameworkSettings
 
@@ -235,34 +236,21 @@ def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfi
     )
 
 
-_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
 def resolve_env_references(document: Any, environ: Mapping[str, str] | None = None) -> Any:
     """Replace ``${env:NAME}`` (or ``${env:NAME:-default}``) in config values, as Kafka Connect's
     EnvVarConfigProvider does, so files can leave addresses and secrets to the environment.
-    Raises ConfigError naming every key whose variable is unset."""
-    environ = os.environ if environ is None else environ
+    Raises ConfigError naming every key whose variable is unset.
+
+    Delegates to :mod:`connect.providers` with only the ``env`` provider enabled: references to
+    other providers (``${file:...}``) and ``$${env:...}`` are left as written."""
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         return document
-    issues: list[ConfigIssue] = []
-
-    def substitute(key: str, value: str) -> str:
-        def one(match: re.Match) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in environ:
-                return environ[name]
-            if default is not None:
-                return default
-            issues.append(ConfigIssue(f'$.config["{key}"]', None, f"environment variable {name} is not set"))
-            return match.group(0)
-
-        return _ENV_REF.sub(one, value)
-
-    config = {k: substitute(k, v) if isinstance(v, str) else v for k, v in document["config"].items()}
-    if issues:
-        raise ConfigError(issues)
-    return {**document, "config": config}
+    try:
+        resolved = ConfigProviders({"env": EnvVarConfigProvider(os.environ if environ is None else environ)}).resolve(
+            document["config"], ignore_unknown=True)
+    except UnresolvedReferences as exc:
+        raise ConfigError([ConfigIssue(f'$.config["{f.key}"]', None, f.reason) for f in exc.failures]) from None
+    return {**document, "config": resolved.config}
 
 
 def load_pipeline_file(path: str | Path) -> PipelineConfig:

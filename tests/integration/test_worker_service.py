@@ -1,0 +1,294 @@
+"""The worker service over its real REST API (uvicorn on a loopback port), with the session's Spark
+application and real tansu brokers: the Kafka Connect contract (paths, status codes, JSON shapes,
+400/404/409), the connector lifecycle (create, pause, resume, stop, offsets, update, restart,
+delete), isolation of a failing connector, secrets masking and authentication."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from confluent_kafka import Consumer, TopicPartition
+
+from kafka_util import create_topic, produce
+from worker.service import Worker, load_worker_config
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def worker_factory(spark, tmp_path):
+    started: list[Worker] = []
+
+    def start(**settings) -> tuple[Worker, httpx.Client]:
+        overrides = {"rest.port": 0, "data.dir": str(tmp_path / "worker"), **settings}
+        w = Worker(load_worker_config(None, overrides), spark_app=spark)
+        w.start()
+        started.append(w)
+        headers = {}
+        if settings.get("rest.auth.token"):
+            headers["Authorization"] = f"Bearer {settings['rest.auth.token']}"
+        client = httpx.Client(base_url=f"http://127.0.0.1:{w.port}", timeout=60, headers=headers)
+        return w, client
+
+    yield start
+    for w in started:
+        w.close()
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Arrivals:
+    """Counts the records arriving in a target topic (read once, from the beginning)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = 2):
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watch", "enable.auto.commit": False})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.n = 0
+
+    def count(self, wait: float = 0.5) -> int:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            self.n += sum(1 for m in self.consumer.consume(10000, 0.1) if m.error() is None)
+        return self.n
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def state_of(client: httpx.Client, name: str) -> str:
+    return client.get(f"/connectors/{name}/status").json()["connector"]["state"]
+
+
+def kafka_config(a, b, topic: str, **extra) -> dict[str, str]:
+    return {"source.connector.class": "kafka", "source.bootstrap.servers": a.bootstrap, "source.topics": topic,
+            "source.start.position": "earliest", "sink.connector.class": "kafka", "sink.bootstrap.servers": b.bootstrap,
+            "sink.topic.template": "copy.{topic}", "epoch.max.ms": "1000", **extra}
+
+
+def test_worker_root_health_openapi_and_plugins(worker_factory):
+    _, c = worker_factory()
+    root = c.get("/").json()
+    assert root["version"] and "worker_id" in root
+    assert c.get("/health").json()["status"] == "healthy"
+    paths = c.get("/openapi.json").json()["paths"]
+    for path in ("/connectors", "/connectors/{name}/offsets", "/connector-plugins/{plugin}/config/validate"):
+        assert path in paths
+    plugins = c.get("/connector-plugins").json()
+    kinds = {p["alias"]: p["type"] for p in plugins}
+    assert kinds["kafka-source"] == "source" and kinds["pulsar-sink"] == "sink" and kinds["rocketmq-source"] == "source"
+    config = c.get("/connector-plugins/kafka-source/config").json()
+    names = {d["name"] for d in config}
+    assert {"bootstrap.servers", "topics"} <= names
+    r = c.put("/connector-plugins/kafka-source/config/validate",
+              json={"bootstrap.servers": "127.0.0.1:1", "start.position": "sideways", "topcs": "x"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["error_count"] >= 2
+    errors = {v["value"]["name"]: v["value"]["errors"] for v in body["configs"] if v["value"]["errors"]}
+    assert "start.position" in errors and "topcs" in errors
+    assert c.get("/connector-plugins/no-such-plugin/config").status_code == 404
+
+
+def test_malformed_requests_answer_400_naming_the_json_path_and_404_409(worker_factory, kafka_pair, unique):
+    a, b = kafka_pair
+    _, c = worker_factory()
+    r = c.post("/connectors", content=b"{not json")
+    assert r.status_code == 400 and r.json()["error_code"] == 400 and r.json()["message"].startswith("$: not valid JSON")
+    r = c.post("/connectors", json={"name": "x"})
+    assert r.status_code == 400 and "$.config" in r.json()["message"]
+    r = c.post("/connectors", json={"name": "x", "config": ["a"]})
+    assert r.status_code == 400 and "$.config" in r.json()["message"]
+    r = c.post("/connectors", json={"name": "bad name/..", "config": {}})
+    assert r.status_code == 400 and "$.name" in r.json()["message"]
+    r = c.post("/connectors", json={"name": "x", "config": kafka_config(a, b, "t"), "initial_state": "ASLEEP"})
+    assert r.status_code == 400 and "$.initial_state" in r.json()["message"]
+    bad = {**kafka_config(a, b, "t"), "source.topcs": "t", "epoch.max.ms": "-5"}
+    r = c.post("/connectors", json={"name": "x", "config": bad})
+    assert r.status_code == 400
+    message = r.json()["message"]
+    assert '$.config["source.topcs"]' in message and '$.config["epoch.max.ms"]' in message
+    assert c.get("/connectors").json() == []
+    for method, path in (("GET", "/connectors/nope"), ("GET", "/connectors/nope/status"),
+                         ("PUT", "/connectors/nope/pause"), ("DELETE", "/connectors/nope"),
+                         ("GET", "/connectors/nope/offsets"), ("POST", "/connectors/nope/restart")):
+        r = c.request(method, path)
+        assert r.status_code == 404, (method, path)
+        assert r.json() == {"error_code": 404, "message": "Connector nope not found"}
+    name = f"dup-{unique}"
+    assert c.post("/connectors", json={"name": name, "config": kafka_config(a, b, unique),
+                                       "initial_state": "STOPPED"}).status_code == 201
+    r = c.post("/connectors", json={"name": name, "config": kafka_config(a, b, unique)})
+    assert r.status_code == 409 and r.json()["error_code"] == 409
+    r = c.put(f"/connectors/{name}/resume")
+    assert r.status_code == 202
+    wait_for(lambda: state_of(c, name) == "RUNNING", what="RUNNING")
+    r = c.patch(f"/connectors/{name}/offsets", json={"offsets": []})
+    assert r.status_code == 409 and "STOPPED" in r.json()["message"]
+    assert c.delete(f"/connectors/{name}/offsets").status_code == 409
+    r = c.post(f"/connectors/{name}/restart?includeTasks=maybe")
+    assert r.status_code == 400 and "includeTasks" in r.json()["message"]
+    assert c.get(f"/connectors/{name}/tasks/7/status").status_code == 404
+    assert c.delete(f"/connectors/{name}").status_code == 204
+
+
+def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka_pair, unique):
+    a, b = kafka_pair
+    topic = f"svc-{unique}"
+    create_topic(a.bootstrap, topic, 2)
+    produce(a.bootstrap, topic, 2000, 2)
+    copy, copy2 = Arrivals(b.bootstrap, f"copy.{topic}"), Arrivals(b.bootstrap, f"copy2.{topic}")
+    w, c = worker_factory()
+    name = f"life-{unique}"
+    r = c.post("/connectors", json={"name": name, "config": {**kafka_config(a, b, topic), "tasks.max": "2"}})
+    assert r.status_code == 201, r.text
+    info = r.json()
+    assert info["name"] == name and info["type"] == "source" and info["config"]["source.topics"] == topic
+    assert r.headers["location"] == f"/connectors/{name}"
+    wait_for(lambda: copy.count() >= 2000, 90, "the first 2000 records")
+    status = c.get(f"/connectors/{name}/status").json()
+    assert status["connector"]["state"] == "RUNNING" and status["type"] == "source"
+    assert [t["state"] for t in status["tasks"]] == ["RUNNING", "RUNNING"]
+    assert c.get(f"/connectors/{name}/tasks/1/status").json()["id"] == 1
+    tasks = c.get(f"/connectors/{name}/tasks").json()
+    assert [t["id"] for t in tasks] == [{"connector": name, "task": 0}, {"connector": name, "task": 1}]
+    assert tasks[0]["config"]["source.bootstrap.servers"] == a.bootstrap
+    expanded = c.get("/connectors", params=[("expand", "status"), ("expand", "info")]).json()
+    assert expanded[name]["status"]["connector"]["state"] == "RUNNING" and expanded[name]["info"]["name"] == name
+    metrics = c.get("/metrics").text
+    assert f'connect_records_polled_total{{connector="{name}"' in metrics
+
+    # pause: nothing moves; resume: everything produced meanwhile arrives
+    assert c.put(f"/connectors/{name}/pause").status_code == 202
+    wait_for(lambda: c.get(f"/connectors/{name}/status").json()["tasks"][0]["state"] == "PAUSED", what="PAUSED")
+    assert state_of(c, name) == "PAUSED"
+    time.sleep(1.5)  # an epoch that was ending has committed
+    produce(a.bootstrap, topic, 1000, 2, start=2000)
+    assert copy.count(4) == 2000
+    assert c.put(f"/connectors/{name}/resume").status_code == 202
+    wait_for(lambda: copy.count() >= 3000, 90, "3000 records after resume")
+
+    # stop: tasks shut down; offsets readable, alterable and resettable
+    assert c.put(f"/connectors/{name}/stop").status_code == 202
+    wait_for(lambda: state_of(c, name) == "STOPPED", what="STOPPED")
+    assert c.get(f"/connectors/{name}/status").json()["tasks"] == []
+    offsets = c.get(f"/connectors/{name}/offsets").json()["offsets"]
+    assert sorted(o["partition"]["partition"] for o in offsets) == [0, 1]
+    assert sum(o["offset"]["offset"] + 1 for o in offsets) == 3000
+    p0 = next(o["partition"] for o in offsets if o["partition"]["partition"] == 0)
+    r = c.patch(f"/connectors/{name}/offsets", json={"offsets": [{"partition": p0, "offset": {"offset": 99}}]})
+    assert r.status_code == 200 and "altered" in r.json()["message"]
+    r = c.patch(f"/connectors/{name}/offsets", json={"offsets": [{"partition": p0, "offset": 7}]})
+    assert r.status_code == 400 and "$.offsets[0].offset" in r.json()["message"]
+    r = c.patch(f"/connectors/{name}/offsets", json={"offsets": [{"offset": {"offset": 1}}]})
+    assert r.status_code == 400 and "$.offsets[0].partition" in r.json()["message"]
+    moved = {o["partition"]["partition"]: o["offset"]["offset"] for o in c.get(f"/connectors/{name}/offsets").json()["offsets"]}
+    assert moved[0] == 99
+    before = copy.count(1)
+    assert before == 3000
+    replay = next(o["offset"]["offset"] for o in offsets if o["partition"]["partition"] == 0) - 99
+
+    # resume from STOPPED: partition 0 replays from offset 100 (fresh task pairs, altered offsets)
+    assert c.put(f"/connectors/{name}/resume").status_code == 202
+    wait_for(lambda: copy.count() >= before + replay, 90, "the replay")
+    assert copy.count(2) == before + replay
+
+    # update: PUT config routes to a new target topic; 200 (updated), tasks rebuilt
+    new_config = {**kafka_config(a, b, topic), "tasks.max": "2", "sink.topic.template": "copy2.{topic}"}
+    r = c.put(f"/connectors/{name}/config", json=new_config)
+    assert r.status_code == 200 and r.json()["config"]["sink.topic.template"] == "copy2.{topic}"
+    produce(a.bootstrap, topic, 500, 2, start=3000)
+    wait_for(lambda: copy2.count() >= 500, 90, "records under the new config")
+    assert c.get(f"/connectors/{name}/config").json()["sink.topic.template"] == "copy2.{topic}"
+    r = c.patch(f"/connectors/{name}/config", json={"errors.log.enable": "true", "epoch.max.ms": None})
+    assert r.status_code == 200 and "epoch.max.ms" not in r.json()["config"]
+
+    # stop, reset offsets, delete: offsets survive a delete only until reset
+    assert c.put(f"/connectors/{name}/stop").status_code == 202
+    wait_for(lambda: state_of(c, name) == "STOPPED", what="STOPPED again")
+    r = c.delete(f"/connectors/{name}/offsets")
+    assert r.status_code == 200 and "reset" in r.json()["message"]
+    assert c.get(f"/connectors/{name}/offsets").json() == {"offsets": []}
+    assert c.delete(f"/connectors/{name}").status_code == 204
+    assert c.get(f"/connectors/{name}").status_code == 404
+    assert name not in c.get("/connectors").json()
+    assert f'connector="{name}"' not in c.get("/metrics").text
+    assert w.stores.configs.connectors() == {}
+    copy.close()
+    copy2.close()
+
+
+def test_a_failing_task_is_failed_with_its_trace_others_run_and_restart_revives_it(worker_factory, unique):
+    _, c = worker_factory()
+    bad, good = f"bad-{unique}", f"good-{unique}"
+    failing = {"source.connector.class": "memory-source", "source.partitions": "2", "source.records": "50",
+               "sink.connector.class": "memory-sink", "sink.name": bad, "sink.reject.values": "^memory-1-5$",
+               "tasks.max": "2", "epoch.max.ms": "500"}
+    healthy = {**failing, "sink.name": good, "sink.reject.values": ""}
+    assert c.post("/connectors", json={"name": bad, "config": failing}).status_code == 201
+    assert c.post("/connectors", json={"name": good, "config": healthy}).status_code == 201
+
+    def task_states():
+        return [t["state"] for t in c.get(f"/connectors/{bad}/status").json()["tasks"]]
+
+    wait_for(lambda: task_states() == ["RUNNING", "FAILED"], 60, "task 1 FAILED, task 0 RUNNING")
+    failed = c.get(f"/connectors/{bad}/tasks/1/status").json()
+    assert failed["state"] == "FAILED" and "memory sink rejected" in failed["trace"]
+    assert state_of(c, bad) == "RUNNING" and state_of(c, good) == "RUNNING"
+    assert [t["state"] for t in c.get(f"/connectors/{good}/status").json()["tasks"]] == ["RUNNING", "RUNNING"]
+    r = c.post(f"/connectors/{bad}/restart", params={"includeTasks": "true", "onlyFailed": "true"})
+    assert r.status_code == 202
+    body = r.json()
+    assert [t["state"] for t in body["tasks"]] == ["RUNNING", "RESTARTING"] and body["connector"]["state"] == "RUNNING"
+    # it fails again on the same record (permanent), which shows it really ran again
+    wait_for(lambda: c.get(f"/connectors/{bad}/tasks/1/status").json().get("trace") is not None
+             and task_states() == ["RUNNING", "FAILED"], 60, "the restarted task to fail again")
+    assert c.post(f"/connectors/{bad}/tasks/1/restart").status_code == 204
+    assert c.post(f"/connectors/{bad}/restart").status_code == 204
+    assert state_of(c, good) == "RUNNING"
+
+
+def test_secrets_are_masked_and_provider_references_resolved_only_at_start(worker_factory, kafka_pair, unique, tmp_path):
+    a, b = kafka_pair
+    secrets_file = Path(tmp_path) / "secrets.properties"
+    secrets_file.write_text(f"bootstrap={a.bootstrap}\nsasl.password=hunter2-very-secret\n")
+    _, c = worker_factory()
+    name = f"sec-{unique}"
+    config = {**kafka_config(a, b, unique), "source.bootstrap.servers": f"${{file:{secrets_file}:bootstrap}}",
+              "sink.producer.override.sasl.password": f"${{file:{secrets_file}:sasl.password}}"}
+    r = c.post("/connectors", json={"name": name, "config": config, "initial_state": "PAUSED"})
+    if r.status_code == 400 and "producer.override" in r.text:
+        config.pop("sink.producer.override.sasl.password")
+        r = c.post("/connectors", json={"name": name, "config": config, "initial_state": "PAUSED"})
+    assert r.status_code == 201, r.text
+    shown = c.get(f"/connectors/{name}/config").json()
+    assert shown["source.bootstrap.servers"] == f"${{file:{secrets_file}:bootstrap}}"
+    wait_for(lambda: state_of(c, name) == "PAUSED", what="PAUSED")
+    everything = " ".join(c.get(p).text for p in (f"/connectors/{name}/config", f"/connectors/{name}/tasks",
+                                                  f"/connectors/{name}/status", "/connectors?expand=info"))
+    assert "hunter2-very-secret" not in everything
+    r = c.post("/connectors", json={"name": f"{name}-2", "config": {
+        **kafka_config(a, b, unique), "source.bootstrap.servers": f"${{file:{secrets_file}:nope}}"}})
+    assert r.status_code == 400 and 'source.bootstrap.servers' in r.json()["message"]
+    assert c.delete(f"/connectors/{name}").status_code == 204
+
+
+def test_rest_authentication(worker_factory):
+    w, c = worker_factory(**{"rest.auth.token": "s3cret-token-xyz"})
+    assert c.get("/connectors").status_code == 200
+    anonymous = httpx.get(f"http://127.0.0.1:{w.port}/connectors")
+    assert anonymous.status_code == 401 and anonymous.json()["error_code"] == 401
+    wrong = httpx.get(f"http://127.0.0.1:{w.port}/connectors", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert httpx.get(f"http://127.0.0.1:{w.port}/health").status_code == 200
