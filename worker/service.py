@@ -119,7 +119,6 @@ class Worker:
 
     def __init__(self, config: WorkerConfig, *, spark_app=None):
         from connect.providers import ConfigProviders
-
         from worker.metrics import ConnectMetrics
 
         self.config = config

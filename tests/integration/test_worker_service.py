@@ -10,10 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from confluent_kafka import Consumer, TopicPartition
-
 from kafka_util import create_topic, produce
+
 from worker.service import Worker, load_worker_config
 
 pytestmark = pytest.mark.timeout(300)
