@@ -36,6 +36,7 @@ import json
 import math
 import re
 import ssl
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +242,8 @@ def _command(name: str | None = None) -> Callable[[Callable[..., None]], Callabl
 
 
 def _console() -> Console:
-    return Console(highlight=False)
+    # Piped output is read by scripts and greps: never cut a name to a terminal's width.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 400)
 
 
 def _print_json(doc: Any) -> None:
@@ -497,7 +499,7 @@ def list_(
         return
     table = Table(show_edge=False, pad_edge=False)
     for heading in ("NAME", "STATE", "TASKS", "TYPE"):
-        table.add_column(heading)
+        table.add_column(heading, overflow="fold")
     for name in sorted(answer):
         entry = answer[name] if isinstance(answer[name], dict) else {}
         status, info = entry.get("status") or {}, entry.get("info") or {}
