@@ -28,6 +28,12 @@ class EpochStats:
     latency_ms_max: float = 0.0  # record age (now - record timestamp) when put, worst seen
     latency_ms_sum: float = 0.0
     latency_samples: int = 0
+    acknowledged: int = 0  # records whose generation completed (delivered, or resolved by hooks/DLQ/tolerance)
+    # Acknowledgement latency: when a generation is seen complete (at a commit point) minus the
+    # timestamp of each partition's last record in it; detection waits for the next commit point.
+    ack_latency_ms_max: float = 0.0
+    ack_latency_ms_sum: float = 0.0
+    ack_latency_samples: int = 0
     failure_reasons: dict[str, int] = attrs.field(factory=dict)  # "ErrorClass: message" -> records
 
     def count_reasons(self, failures) -> dict[str, int]:
@@ -45,6 +51,12 @@ class EpochStats:
             self.latency_ms_max = age_ms
         self.latency_ms_sum += age_ms
         self.latency_samples += 1
+
+    def observe_ack_latency(self, age_ms: float) -> None:
+        if age_ms > self.ack_latency_ms_max:
+            self.ack_latency_ms_max = age_ms
+        self.ack_latency_ms_sum += age_ms
+        self.ack_latency_samples += 1
 
     @property
     def latency_ms_avg(self) -> float:

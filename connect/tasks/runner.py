@@ -96,15 +96,16 @@ class _SideConverters:
 class _Generation:
     """Records put between two commit points: where their partitions stood, and whether each has an outcome."""
 
-    __slots__ = ("seq", "done", "offsets", "records", "size")
+    __slots__ = ("seq", "done", "offsets", "records", "size", "stamps")
 
     def __init__(self, seq: int, done: Callable[[], bool] | None, offsets: dict[str, dict[str, Any]],
-                 records: list[ConnectRecord] | None, size: int):
+                 records: list[ConnectRecord] | None, size: int, stamps: list[int]):
         self.seq = seq
         self.done = done  # None: a synchronous sink, completed by a flush
         self.offsets = offsets  # partition key -> offset of its last record polled in this generation
         self.records = records  # records put (only for sources that want commit_record)
         self.size = size
+        self.stamps = stamps  # timestamps of each partition's last record (acknowledgement latency)
 
 
 class TaskPairRunner:
@@ -415,10 +416,11 @@ class TaskPairRunner:
             return
         done = self.sink.checkpoint() if self._async else None
         offsets = {partition_key(r.source_partition): r.source_offset for r in self._polled.values()}
+        stamps = [r.timestamp for r in self._polled.values() if r.timestamp]
         records = None
         if self._records is not None:
             records, self._records = self._records, []
-        self._generations.append(_Generation(self._seq, done, offsets, records, self._put))
+        self._generations.append(_Generation(self._seq, done, offsets, records, self._put, stamps))
         self._seq += 1
         self._polled.clear()  # in place: _move holds it
         self._put = 0
@@ -464,9 +466,13 @@ class TaskPairRunner:
         new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._conversion_failures
         self._conversion_failures = []
         stats.errors += len(new_permanent)
+        now_ms = time.time() * 1000
         for g in complete:
             self._ready.update(g.offsets)
             self._in_flight -= g.size
+            stats.acknowledged += g.size
+            for ts in g.stamps:
+                stats.observe_ack_latency(now_ms - ts)
             self._done_seq = g.seq
             if g.records:
                 self._held.extend(g.records)

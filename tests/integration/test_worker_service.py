@@ -167,6 +167,10 @@ def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka
     assert expanded[name]["status"]["connector"]["state"] == "RUNNING" and expanded[name]["info"]["name"] == name
     metrics = c.get("/metrics").text
     assert f'connect_records_polled_total{{connector="{name}"' in metrics
+    acked = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+             if line.startswith(f'connect_records_acknowledged_total{{connector="{name}"')]
+    assert len(acked) == 2 and sum(acked) >= 2000  # both pairs report acknowledgements
+    assert f'connect_task_state{{connector="{name}",state="RUNNING",task="0"}} 1.0' in metrics
 
     # pause: nothing moves; resume: everything produced meanwhile arrives
     assert c.put(f"/connectors/{name}/pause").status_code == 202

@@ -22,6 +22,8 @@ def result(connector="orders", task=0, epoch=0, *, state=RUNNING, started=1000.0
     for name, value in stats.items():
         setattr(s, name, value)
     d = s.as_dict()
+    for key in ACK_KEYS:  # results of runners that do not report acknowledgements (older, or doubles)
+        d.pop(key, None)
     if ack is not None:
         d.update(ack)
     return EpochResult(connector, task, epoch, state, {}, d, started, started + duration, lag=lag,
