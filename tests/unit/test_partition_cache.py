@@ -302,3 +302,37 @@ def test_claims_prefer_fresh_then_home_on_this_host_then_index():
     assert claim("j2", 21, 0, host="h2") is None
     book.ran([ran(0, 10), ran(1, 11), ran(2, 20, host="h2")])
     assert book.moves == 1 and book.delegated == 1
+
+
+def test_runners_their_driver_no_longer_wants_are_stopped_and_a_vanished_driver_stops_all(spec):
+    wanted = {("conn", 0): "g1", ("conn", 1): "g1"}
+    asked = []
+    server = ControlServer()
+    server.register("stop", lambda _request: False)
+
+    def unwanted(request):
+        asked.append(sorted(tuple(p) for p in request["pairs"]))
+        return [[c, t] for c, t, g in request["pairs"] if wanted.get((c, t)) != g]
+
+    server.register("wanted", unwanted)
+    try:
+        for task in (0, 1):
+            assert run_task_pair_epoch(spec(1, None, task=task), server.address).state == RUNNING
+        assert partition.reap_unwanted() == []  # both wanted in their generation: kept
+        assert asked[-1] == [("conn", 0, "g1"), ("conn", 1, "g1")]
+        wanted[("conn", 1)] = "g2"  # reconfigured: task 1's runner is of an old generation
+        del wanted[("conn", 0)]  # and task 0 is gone (connector stopped or deleted)
+        assert sorted(partition.reap_unwanted()) == [("conn", 0), ("conn", 1)]
+        assert partition._RUNNERS == {}
+        assert [t.stopped for t in TrackedSource.instances] == [True, True]
+        wanted[("conn", 0)] = "g1"
+        assert run_task_pair_epoch(spec(1, None, task=0), server.address).state == RUNNING
+        assert partition.reap_unwanted() == []
+    finally:
+        server.close()
+    partition.client_for(server.address)._close()  # the driver process is gone: its connection too
+    unreachable: dict = {}
+    for _ in range(partition._REAP_UNREACHABLE - 1):  # a blip is not a vanished driver
+        assert partition.reap_unwanted(unreachable) == []
+    assert partition.reap_unwanted(unreachable) == [("conn", 0)]
+    assert TrackedSource.instances[-1].stopped
