@@ -111,6 +111,7 @@ class Herder:
         self._idle_wait = idle_wait
         self._lock = threading.RLock()
         self._connectors: dict[str, _Connector] = {}
+        self._retiring: dict[str, _Connector] = {}  # deleted, their threads still ending their epoch
         self._stopping = threading.Event()
         self.started = threading.Event()
         self.redactor = Redactor()
@@ -201,6 +202,7 @@ class Herder:
         config = _strings(config, "$.config")
         config.pop("name", None)
         self.validate(name, config)
+        self._await_retired(name)
         with self._lock:
             if name in self._connectors:
                 raise ConnectorExists(f"Connector {name} already exists")
@@ -243,20 +245,28 @@ class Herder:
                 merged[key] = value
         return self.put_config(name, merged)[1]
 
-    def delete(self, name: str, timeout: float | None = None) -> None:
-        """Stop and forget the connector (its committed offsets are kept)."""
+    def delete(self, name: str) -> None:
+        """Forget the connector (its committed offsets are kept); its thread ends its epoch (which
+        commits) and stops it in the background. A connector created again under that name waits
+        for that first."""
         with self._lock:
             c = self._get(name)
             del self._connectors[name]
             c.removed = True
             c.wake.set()
+            self._retiring[name] = c
             self.stores.configs.delete(name)
             self.stores.statuses.delete(name)
-        if c.thread is not None:
-            c.thread.join(timeout if timeout is not None else self._stop_timeout(c))
         if self.metrics is not None:
             self.metrics.remove(name)
         log.info("connector %s deleted", name)
+
+    def _await_retired(self, name: str) -> None:
+        c = self._retiring.get(name)
+        if c is not None and c.thread is not None:
+            c.thread.join(self._stop_timeout(c))
+            if c.thread.is_alive():
+                raise StateConflict(f"Connector {name} was deleted and is still stopping; try again shortly")
 
     def set_target(self, name: str, state: str) -> None:
         with self._lock:
@@ -488,6 +498,11 @@ class Herder:
                 self._stop_runtime(c)
             except Exception as exc:  # noqa: BLE001
                 log.warning("connector %s: stopping: %s", c.name, exc)
+            with self._lock:
+                if self._retiring.get(c.name) is c:
+                    del self._retiring[c.name]
+            if c.removed and self.metrics is not None:
+                self.metrics.remove(c.name)  # an epoch that ended after the delete may have reported
 
     def _turn(self, c: _Connector) -> None:
         """One epoch of the connector (or a wait when no pair is due)."""

@@ -114,6 +114,28 @@ def _definition(key) -> dict[str, Any]:
             "order": -1}
 
 
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+_STATE = {"type": "string", "enum": ["RUNNING", "PAUSED", "STOPPED"]}
+
+
+def _body_schema(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """OpenAPI ``requestBody`` of a route that reads its JSON body itself (to name JSON paths in errors)."""
+    return {"requestBody": {"required": True, "description": description,
+                            "content": {"application/json": {"schema": schema}}}}
+
+
+_CREATE = _body_schema({"type": "object", "required": ["name", "config"], "properties": {
+    "name": {"type": "string"}, "config": _STRINGS, "initial_state": _STATE}}, "A connector: name, config, initial state.")
+_CONFIG = _body_schema(_STRINGS, "The connector's whole config (keys to string values).")
+_PATCH = _body_schema({"type": "object", "additionalProperties": {"type": ["string", "null"]}},
+                      "Config keys to change; null removes a key.")
+_OFFSETS = _body_schema({"type": "object", "required": ["offsets"], "properties": {"offsets": {
+    "type": "array", "items": {"type": "object", "required": ["partition", "offset"], "properties": {
+        "partition": {"type": "object"}, "offset": {"type": ["object", "null"]}}}}}},
+    "Offsets to set (an object) or remove (null), per source partition as GET .../offsets shows them.")
+_VALIDATE = _body_schema(_STRINGS, "A config of the plugin to check.")
+
+
 def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None) -> FastAPI:
     """The ASGI application over ``herder``."""
     app = FastAPI(title="connect-bridge worker", version=VERSION,
@@ -191,7 +213,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
             out[name] = entry
         return out
 
-    @app.post("/connectors", status_code=201)
+    @app.post("/connectors", status_code=201, openapi_extra=_CREATE)
     async def create_connector(request: Request):
         body = await _body(request)
         if not isinstance(body, dict):
@@ -224,13 +246,13 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
     async def get_config(name: str):
         return herder.info(name)["config"]
 
-    @app.put("/connectors/{name}/config")
+    @app.put("/connectors/{name}/config", openapi_extra=_CONFIG)
     async def put_config(name: str, request: Request):
         body = await _body(request)
         created, info = await call(herder.put_config, name, body)
         return JSONResponse(info, status_code=201 if created else 200)
 
-    @app.patch("/connectors/{name}/config")
+    @app.patch("/connectors/{name}/config", openapi_extra=_PATCH)
     async def patch_config(name: str, request: Request):
         body = await _body(request)
         return await call(herder.patch_config, name, body)
@@ -277,7 +299,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
     async def get_offsets(name: str):
         return await call(herder.offsets, name)
 
-    @app.patch("/connectors/{name}/offsets")
+    @app.patch("/connectors/{name}/offsets", openapi_extra=_OFFSETS)
     async def alter_offsets(name: str, request: Request):
         body = await _body(request)
         return await call(herder.alter_offsets, name, body)
@@ -306,7 +328,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         cls, _ = _resolve_plugin(plugin)
         return [_definition(k) for k in cls.config_def().keys()]
 
-    @app.put("/connector-plugins/{plugin}/config/validate")
+    @app.put("/connector-plugins/{plugin}/config/validate", openapi_extra=_VALIDATE)
     async def validate(plugin: str, request: Request):
         cls, info = _resolve_plugin(plugin)
         body = await _body(request)

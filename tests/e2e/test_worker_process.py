@@ -109,6 +109,8 @@ def test_worker_killed_9_restarts_every_connector_in_its_target_state_and_loses_
         _wait_state(url, paused, "PAUSED")
         listed = _cli(url, "list")
         assert listed.returncode == 0 and running in listed.stdout and "PAUSED" in listed.stdout
+        restarted = _cli(url, "restart", running, "--include-tasks")
+        assert restarted.returncode == 0, restarted.stderr
         # kill -9 once the running connector has committed some epochs, mid-stream
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

@@ -1,0 +1,677 @@
+"""The worker's stores on three compacted Kafka topics, as Kafka Connect's config, offset and
+status topics: the broker-backed alternative to :class:`worker.store.SqliteStores`, with the same
+interfaces (:class:`~worker.store.Stores`) and the same semantics.
+
+Topic and record layout
+-----------------------
+Keys of the config and status topics are UTF-8 strings; keys of the offset topic and every value
+are JSON (orjson). A null value (tombstone) deletes its key; compaction eventually drops it.
+
+``connect-configs`` (1 partition; a config topic with more is refused, as Kafka Connect does)::
+
+    connector-<name>        {"config": {"key": "value", ...}}      # the config exactly as given
+    target-state-<name>     {"state": "RUNNING" | "PAUSED" | "STOPPED"}
+
+  A connector exists while it has a ``connector-`` record; without a ``target-state-`` record its
+  target state is RUNNING. Deleting a connector writes tombstones for both keys.
+
+``connect-offsets`` (``offset_partitions`` partitions)::
+
+    ["<connector>", "<partition key>"]   {...offset...}   # or a tombstone: offset None / reset
+
+  Every record of a connector goes to partition ``crc32(connector) % partitions``, so one
+  connector's commits stay in one partition, in order. The partition count of this topic must
+  therefore never change once offsets are stored (records would move to another partition and
+  their order against older ones would be lost).
+
+``connect-status`` (1 partition when created; records of a connector go to
+``crc32(connector) % partitions``)::
+
+    status-connector-<name>        {"state": ..., "worker_id": ..., "trace": ...}
+    status-task-<name>-<task id>   {"state": ..., "worker_id": ..., "trace": ...}
+
+Start-up
+--------
+Missing topics are created with ``cleanup.policy=compact``. An existing topic whose reported
+``cleanup.policy`` is anything but ``compact`` (``delete``, ``compact,delete``) is refused with a
+:class:`~connect.errors.ConnectError` naming the topic and the setting, as Kafka Connect does: a
+time- or size-based retention would silently drop connector configs and offsets. A broker that
+does not report the setting (tansu reports only the configs a topic was created with) cannot be
+checked; that is logged and accepted, again as Kafka Connect does.
+
+Each topic is then read from the beginning to its end to rebuild the state in memory. The end of
+a partition is its high watermark taken at start, confirmed by the consumer reaching the end of
+the partition (``enable.partition.eof``): tansu under-reports the high watermark in ListOffsets
+(the base offset of the last batch + 1) but not in its fetch responses, so the watermark alone
+would miss the tail of the last batch.
+
+Reads and writes
+----------------
+This worker is the only writer of its topics: reads (``load``, ``connectors``, ``statuses``) are
+served from memory, and there is no background consumer. A write is produced with ``acks=all``
+and an idempotent producer, and returns only once every record of it is acknowledged; the
+in-memory state is updated after that, so a write is visible to readers of this store all at
+once, or (when it raises) not at all. A failed or timed-out delivery raises
+:class:`~connect.errors.RetriableError` (a transient broker error) or
+:class:`~connect.errors.ConnectError` naming the topic.
+
+Kafka has no multi-key transaction here: a crash (or a failed delivery) in the middle of an offset
+commit may leave part of that commit in the topic, which a restarted worker then reads; and a
+write that timed out may still land once the network heals. That is safe for at-least-once
+delivery, since every offset ever committed is one whose records were acknowledged by the target.
+Keys a failed write may have left behind are remembered, so a later ``reset`` or ``delete``
+tombstones them too.
+
+A producer the broker rejects for good (fenced, or in a fatal state) is replaced by a new one and
+the write made once more. tansu needs this: it fences an idempotent producer that bumps its epoch,
+which librdkafka does after a batch times out, so without it every later write would fail.
+
+Writes of one connector (its offsets, its statuses) are serialised by a lock of that connector,
+config writes by one lock: several connector threads share the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import zlib
+from typing import Any, Callable, Mapping
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+
+from connect.errors import ConnectError, RetriableError
+from worker.store import StoredConnector, StoredStatus
+
+__all__ = ["KafkaStores"]
+
+log = logging.getLogger(__name__)
+
+_CONNECTOR, _TARGET_STATE = "connector-", "target-state-"
+_STATUS_CONNECTOR, _STATUS_TASK = "status-connector-", "status-task-"
+
+# describe_configs failures that only mean "this broker/user cannot tell": checked as Kafka Connect does.
+_UNVERIFIABLE = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                 KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.INVALID_REQUEST}
+
+# errors librdkafka does not flag retriable that still are: the broker is away or slow
+_TRANSIENT = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE, KafkaError._TRANSPORT,
+              KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_ENOUGH_REPLICAS,
+              KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
+              KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NETWORK_EXCEPTION}
+
+# a producer the broker rejects for good: replaced by a new one (new producer id)
+_RENEW = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.UNKNOWN_PRODUCER_ID,
+          KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError._FENCED,
+          KafkaError._FATAL}
+
+# consumer errors that retrying does not cure
+_UNREADABLE = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+               KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED,
+               KafkaError._AUTHENTICATION, KafkaError._SSL}
+
+Record = tuple[bytes, "bytes | None"]
+
+
+def _partition_of(connector: str, partitions: int) -> int:
+    """Stable across processes and Python versions (unlike ``hash``)."""
+    return zlib.crc32(connector.encode()) % partitions
+
+
+def _dumps(value: Any, what: str) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        raise ConnectError(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def _kafka_error(exc: KafkaException) -> KafkaError:
+    arg = exc.args[0] if exc.args else None
+    return arg if isinstance(arg, KafkaError) else KafkaError(KafkaError._FAIL, str(exc))
+
+
+def _error_class(err: KafkaError | None) -> type[ConnectError]:
+    """RetriableError for transient failures (the broker may take the same write later)."""
+    if err is None or err.fatal():
+        return ConnectError
+    return RetriableError if err.retriable() or err.code() in _TRANSIENT else ConnectError
+
+
+class _Pending:
+    """Delivery reports of one write; callbacks may run on any thread polling the producer."""
+
+    def __init__(self, count: int):
+        self._left = count
+        self._lock = threading.Lock()
+        self.errors: list[KafkaError] = []
+        self.done = threading.Event()
+        if count == 0:
+            self.done.set()
+
+    def report(self, err: KafkaError | None, _msg) -> None:
+        with self._lock:
+            if err is not None:
+                self.errors.append(err)
+            self._left -= 1
+            if self._left <= 0:
+                self.done.set()
+
+
+class _KeyedLocks:
+    """One lock per key (a connector name), created on first use."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def __call__(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+
+class KafkaStores:
+    """Connector configs, offsets and statuses on three compacted Kafka topics (see the module
+    docstring for the layout). ``client_config`` (``security.protocol``, ``sasl.*``...) applies to
+    the producer, the consumer and the admin client; ``timeout_s`` bounds each broker operation."""
+
+    def __init__(self, bootstrap_servers: str, *, config_topic: str = "connect-configs",
+                 offset_topic: str = "connect-offsets", status_topic: str = "connect-status",
+                 replication_factor: int = 1, offset_partitions: int = 25,
+                 client_config: Mapping[str, str] | None = None, timeout_s: float = 30.0):
+        topics = (config_topic, offset_topic, status_topic)
+        if len(set(topics)) != 3:
+            raise ConnectError(f"the config, offset and status topics must be three different topics, got {topics}")
+        if offset_partitions < 1 or replication_factor < 1:
+            raise ConnectError("offset_partitions and replication_factor must be at least 1")
+        self.bootstrap_servers = bootstrap_servers
+        self.config_topic, self.offset_topic, self.status_topic = topics
+        self.timeout_s = float(timeout_s)
+        self._base = {**dict(client_config or {}), "bootstrap.servers": bootstrap_servers}
+        self._closed = False
+        self._slot_lock = threading.Lock()
+        self._slot: _ProducerSlot | None = None
+
+        message_timeout_ms = max(int(self.timeout_s * 1000), 1000)
+        # made first: the idempotent producer gets its producer id while the topics are read
+        self._producer_settings = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": message_timeout_ms,
+                                   "linger.ms": 2}
+        self._slot = _ProducerSlot(self._client(Producer, "producer", self._producer_settings))
+        try:
+            admin = self._client(AdminClient, "admin", {})
+            partitions = self._ensure_topics(admin, {config_topic: 1, offset_topic: offset_partitions, status_topic: 1},
+                                             replication_factor)
+            records = self._read_all(admin, partitions)
+        except BaseException:
+            self.close()
+            raise
+        self.configs = _KafkaConfigs(self, config_topic, records[config_topic])
+        self.offsets = _KafkaOffsets(self, offset_topic, partitions[offset_topic], records[offset_topic])
+        self.statuses = _KafkaStatuses(self, status_topic, partitions[status_topic], records[status_topic])
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _client(self, factory: Callable[[dict], Any], role: str, settings: Mapping[str, Any]):
+        conf = {**self._base, **settings, "logger": logging.getLogger(f"{__name__}.{role}")}
+        try:
+            return factory(conf)
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise ConnectError(f"cannot create the store's Kafka {role} for {self.bootstrap_servers}: {exc}") from exc
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def _ensure_topics(self, admin: AdminClient, wanted: dict[str, int], replication: int) -> dict[str, int]:
+        """Create missing topics (compacted), refuse existing ones that are not; partition counts."""
+        existing = self._partition_counts(admin, wanted)
+        missing = [topic for topic in wanted if topic not in existing]
+        created = set()
+        if missing:
+            new = [NewTopic(topic, wanted[topic], replication, config={"cleanup.policy": "compact"}) for topic in missing]
+            futures = admin.create_topics(new, operation_timeout=self.timeout_s, request_timeout=self.timeout_s)
+            for topic, future in futures.items():
+                try:
+                    future.result(timeout=self.timeout_s + 5)
+                    created.add(topic)
+                    log.info("created compacted topic %s (%d partitions)", topic, wanted[topic])
+                except KafkaException as exc:
+                    err = _kafka_error(exc)
+                    if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # else: created meanwhile; checked below
+                        raise _error_class(err)(f"cannot create store topic {topic!r}: {err.str()}") from exc
+                except Exception as exc:
+                    raise RetriableError(f"cannot create store topic {topic!r}: {exc}") from exc
+            deadline = time.monotonic() + self.timeout_s
+            while True:  # metadata may lag behind the creation
+                existing = self._partition_counts(admin, wanted)
+                if all(topic in existing for topic in wanted):
+                    break
+                if time.monotonic() > deadline:
+                    absent = sorted(set(wanted) - set(existing))
+                    raise RetriableError(f"store topics {absent} created but not in the metadata after {self.timeout_s}s")
+                time.sleep(0.1)
+        self._check_compacted(admin, [topic for topic in wanted if topic not in created])
+        if existing[self.config_topic] != 1:
+            raise ConnectError(f"config topic {self.config_topic!r} must have a single partition (to keep connector "
+                               f"configs in order), but has {existing[self.config_topic]}")
+        return {topic: existing[topic] for topic in wanted}
+
+    def _partition_counts(self, admin: AdminClient, topics) -> dict[str, int]:
+        try:
+            metadata = admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise RetriableError(f"cannot read the topic metadata of {self.bootstrap_servers}: {exc}") from exc
+        counts = {}
+        for topic in topics:
+            meta = metadata.topics.get(topic)
+            if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                continue
+            if meta.error is not None:
+                raise _error_class(meta.error)(f"cannot use store topic {topic!r}: {meta.error.str()}")
+            if meta.partitions:
+                counts[topic] = len(meta.partitions)
+        return counts
+
+    def _check_compacted(self, admin: AdminClient, topics: list[str]) -> None:
+        if not topics:
+            return
+        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic) for topic in topics],
+                                         request_timeout=self.timeout_s)
+        for resource, future in futures.items():
+            topic = resource.name
+            try:
+                entries = future.result(timeout=self.timeout_s + 5)
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                if err.code() in _UNVERIFIABLE:
+                    log.warning("cannot verify that store topic %s is compacted (%s); using it as is", topic, err.str())
+                    continue
+                raise _error_class(err)(f"cannot describe the configs of store topic {topic!r}: {err.str()}") from exc
+            except Exception as exc:
+                raise RetriableError(f"cannot describe the configs of store topic {topic!r}: {exc}") from exc
+            entry = entries.get("cleanup.policy")
+            if entry is None or entry.value is None:
+                log.warning("the broker does not report cleanup.policy of store topic %s: cannot verify that it is "
+                            "compacted; using it as is", topic)
+                continue
+            policies = {p.strip().lower() for p in entry.value.split(",") if p.strip()}
+            if policies != {"compact"}:
+                raise ConnectError(f"store topic {topic!r} has cleanup.policy={entry.value}, but it must be "
+                                   "cleanup.policy=compact only: other policies delete connector configs, offsets or "
+                                   "statuses. Change the topic's cleanup.policy to compact, or use another topic")
+
+    def _read_all(self, admin: AdminClient, partitions: dict[str, int]) -> dict[str, list[Record]]:
+        """Every record of the topics, from the beginning to the end as of now, in partition order."""
+        out: dict[str, list[Record]] = {topic: [] for topic in partitions}
+        tps = [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
+        try:
+            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=self.timeout_s)
+            ends = {(tp.topic, tp.partition): future.result(timeout=self.timeout_s + 5).offset
+                    for tp, future in futures.items()}
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            raise _error_class(err)(f"cannot read the end offsets of the store topics: {err.str()}") from exc
+        except Exception as exc:
+            raise RetriableError(f"cannot read the end offsets of the store topics: {exc}") from exc
+        pending = {key for key, end in ends.items() if end > 0}
+        if not pending:
+            return out
+        consumer = self._client(Consumer, "consumer", {
+            "group.id": f"connect-store-reader-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "enable.partition.eof": True, "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 50})
+        try:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for topic, p in sorted(pending)])
+            deadline, last_error = time.monotonic() + self.timeout_s, None
+            while pending:
+                if time.monotonic() > deadline:  # no progress for timeout_s
+                    late = ", ".join(f"{t}[{p}]" for t, p in sorted(pending))
+                    raise RetriableError(f"timed out after {self.timeout_s}s reading store topics {late} to their end"
+                                         + (f" (last error: {last_error})" if last_error else ""))
+                for msg in consumer.consume(1000, 0.1):
+                    key = (msg.topic(), msg.partition())
+                    err = msg.error()
+                    if err is None:
+                        out[key[0]].append((msg.key(), msg.value()))
+                        deadline = time.monotonic() + self.timeout_s
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() >= ends.get(key, 0):
+                            pending.discard(key)
+                    elif err.fatal() or err.code() in _UNREADABLE:
+                        raise ConnectError(f"cannot read store topic {key[0]!r}: {err.str()}")
+                    else:  # transport errors...: librdkafka retries; the deadline bounds it
+                        last_error = err.str()
+                        log.debug("reading store topic %s: %s", key[0], last_error)
+        finally:
+            consumer.close()
+        return out
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def _write(self, topic: str, partition: int, records: list[Record]) -> None:
+        """Produce ``records`` in order and wait until every one is acknowledged, or raise.
+
+        A producer the broker stopped taking records from (fenced: tansu fences an idempotent
+        producer after it bumps its epoch for a timed-out batch; or in a fatal state) is replaced
+        and the write made once more with the new one: rejected records were not stored, and
+        stored ones are written again with the same values, which changes nothing.
+        """
+        for attempt in range(2):
+            slot = self._acquire(topic)
+            try:
+                err, failed = self._send(slot.producer, topic, partition, records)
+                renew = err is not None and attempt == 0 and (err.fatal() or err.code() in _RENEW)
+                if renew:
+                    log.warning("store topic %s rejected the producer (%s): writing again with a new producer",
+                                topic, err.str())
+                    self._renew(slot)
+            finally:
+                self._release(slot)
+            if err is None:
+                return
+            if not renew:
+                break
+        raise _error_class(err)(f"store topic {topic!r} partition {partition} did not take {failed} of {len(records)} "
+                                f"record(s): {err.str()}")
+
+    def _send(self, producer: Producer, topic: str, partition: int, records: list[Record]) -> tuple[KafkaError | None, int]:
+        """The first error and the number of records not acknowledged; raises when time runs out."""
+        pending = _Pending(len(records))
+        deadline = time.monotonic() + self.timeout_s + 5  # the producer's message timeout comes first
+        for index, (key, value) in enumerate(records):
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, partition=partition, on_delivery=pending.report)
+                    break
+                except BufferError:
+                    if time.monotonic() > deadline:
+                        raise RetriableError(f"store topic {topic!r}: the producer queue stayed full") from None
+                    producer.poll(0.05)
+                except KafkaException as exc:  # e.g. the producer is in a fatal state
+                    return _kafka_error(exc), len(records) - index
+        while not pending.done.is_set():
+            if time.monotonic() > deadline:
+                raise RetriableError(f"store topic {topic!r} did not acknowledge {len(records)} record(s) within "
+                                     f"{self.timeout_s}s")
+            producer.poll(0.02)  # serves this write's delivery reports (or another thread's)
+        return (pending.errors[0], len(pending.errors)) if pending.errors else (None, 0)
+
+    def _acquire(self, topic: str) -> _ProducerSlot:
+        with self._slot_lock:
+            if self._closed or self._slot is None:
+                raise ConnectError(f"cannot write to store topic {topic!r}: the stores are closed")
+            self._slot.users += 1
+            return self._slot
+
+    def _release(self, slot: _ProducerSlot) -> None:
+        with self._slot_lock:
+            slot.users -= 1
+            idle = slot.retired and slot.users == 0
+        if idle:
+            _close_producer(slot.producer)
+
+    def _renew(self, slot: _ProducerSlot) -> None:
+        """Replace ``slot``'s producer (unless another thread did); the last user closes the old one."""
+        with self._slot_lock:
+            if slot is not self._slot or self._closed:
+                return
+            self._slot = _ProducerSlot(self._client(Producer, "producer", self._producer_settings))
+            slot.retired = True
+
+    def close(self) -> None:
+        """Wait for writes still in flight (up to ``timeout_s``) and close the clients; idempotent."""
+        with self._slot_lock:
+            if self._closed:
+                return
+            self._closed = True
+            slot = self._slot
+        if slot is None:
+            return
+        left = slot.producer.flush(self.timeout_s)
+        if left:
+            log.warning("%d store record(s) still unacknowledged at close", left)
+        with self._slot_lock:
+            slot.retired = True
+            idle = slot.users == 0
+        if idle:
+            _close_producer(slot.producer)
+
+
+class _ProducerSlot:
+    """The producer and the writes using it: a replaced producer is closed once none does."""
+
+    __slots__ = ("producer", "users", "retired")
+
+    def __init__(self, producer: Producer):
+        self.producer, self.users, self.retired = producer, 0, False
+
+
+def _close_producer(producer: Producer) -> None:
+    close = getattr(producer, "close", None)  # confluent-kafka >= 2.13; before, it goes with its last reference
+    if close is not None:
+        try:
+            close()
+        except RuntimeError:  # already closed
+            pass
+
+
+class _KafkaOffsets:
+    def __init__(self, stores: KafkaStores, topic: str, partitions: int, records: list[Record]):
+        self._stores, self._topic, self._partitions = stores, topic, partitions
+        self._lock = threading.Lock()  # the maps below
+        self._writing = _KeyedLocks()
+        self._offsets: dict[str, dict[str, bytes]] = {}  # connector -> partition key -> offset JSON
+        self._maybe: dict[str, set[str]] = {}  # keys possibly live in the topic (a superset of _offsets')
+        for raw_key, value in records:
+            try:
+                connector, part = orjson.loads(raw_key)
+                if not isinstance(connector, str) or not isinstance(part, str):
+                    raise ValueError("not a [connector, partition] pair")
+                if value is not None and not isinstance(orjson.loads(value), dict):
+                    raise ValueError("the offset is not a JSON object")
+            except (ValueError, TypeError) as exc:
+                log.warning("skipping a record of offset topic %s with key %r: %s", topic, raw_key, exc)
+                continue
+            self._apply(connector, {part: value})
+
+    def _apply(self, connector: str, values: Mapping[str, bytes | None]) -> None:
+        offsets = self._offsets.setdefault(connector, {})
+        maybe = self._maybe.setdefault(connector, set())
+        for part, value in values.items():
+            if value is None:
+                offsets.pop(part, None)
+                maybe.discard(part)
+            else:
+                offsets[part] = value
+                maybe.add(part)
+        if not offsets:
+            del self._offsets[connector]
+        if not maybe:
+            del self._maybe[connector]
+
+    def _key(self, connector: str, part: str) -> bytes:
+        return orjson.dumps([connector, part])
+
+    def load(self, connector: str) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            rows = list(self._offsets.get(connector, {}).items())
+        return {part: orjson.loads(value) for part, value in rows}
+
+    def commit(self, connector: str, offsets: Mapping[str, Mapping[str, Any] | None]) -> None:
+        if not offsets:
+            return
+        values = {str(part): None if offset is None else _dumps(dict(offset), f"offset of {connector}/{part}")
+                  for part, offset in offsets.items()}
+        records = [(self._key(connector, part), value) for part, value in values.items()]
+        with self._writing(connector):
+            with self._lock:  # a failed write may still have stored some of these keys
+                self._maybe.setdefault(connector, set()).update(p for p, v in values.items() if v is not None)
+            self._stores._write(self._topic, _partition_of(connector, self._partitions), records)
+            with self._lock:
+                self._apply(connector, values)
+
+    def reset(self, connector: str) -> None:
+        with self._writing(connector):
+            with self._lock:
+                parts = sorted(self._maybe.get(connector, set()) | set(self._offsets.get(connector, {})))
+            if not parts:
+                return
+            self._stores._write(self._topic, _partition_of(connector, self._partitions),
+                                [(self._key(connector, part), None) for part in parts])
+            with self._lock:
+                self._apply(connector, dict.fromkeys(parts))
+
+    def close(self) -> None:
+        self._stores.close()
+
+
+class _KafkaConfigs:
+    def __init__(self, stores: KafkaStores, topic: str, records: list[Record]):
+        self._stores, self._topic = stores, topic
+        self._lock = threading.Lock()  # the maps below
+        self._writing = threading.Lock()
+        self._configs: dict[str, dict[str, str]] = {}
+        self._states: dict[str, str] = {}
+        self._maybe: set[str] = set()  # names possibly having records in the topic
+        for raw_key, value in records:
+            try:
+                key = raw_key.decode()
+                if key.startswith(_CONNECTOR):
+                    config = None if value is None else orjson.loads(value)["config"]
+                    if config is not None and not isinstance(config, dict):
+                        raise ValueError("the config is not a JSON object")
+                    self._apply_config(key[len(_CONNECTOR):], config)
+                elif key.startswith(_TARGET_STATE):
+                    state = None if value is None else orjson.loads(value)["state"]
+                    self._apply_state(key[len(_TARGET_STATE):], state)
+            except (AttributeError, ValueError, TypeError, KeyError) as exc:
+                log.warning("skipping a record of config topic %s with key %r: %s", topic, raw_key, exc)
+
+    def _apply_config(self, name: str, config: dict[str, str] | None) -> None:
+        if config is None:
+            self._configs.pop(name, None)
+        else:
+            self._configs[name] = config
+            self._maybe.add(name)
+
+    def _apply_state(self, name: str, state: str | None) -> None:
+        if state is None:
+            self._states.pop(name, None)
+        else:
+            self._states[name] = state
+            self._maybe.add(name)
+
+    def connectors(self) -> dict[str, StoredConnector]:
+        with self._lock:
+            return {name: StoredConnector(name, dict(self._configs[name]), self._states.get(name, "RUNNING"))
+                    for name in sorted(self._configs)}
+
+    def put(self, name: str, config: Mapping[str, str], target_state: str | None = None) -> None:
+        config = dict(config)
+        records: list[Record] = [(f"{_CONNECTOR}{name}".encode(), _dumps({"config": config}, f"config of {name}"))]
+        with self._writing:
+            with self._lock:
+                new = name not in self._configs
+                self._maybe.add(name)
+            state = target_state or ("RUNNING" if new else None)  # a new connector starts from a known state
+            if state:
+                records.append((f"{_TARGET_STATE}{name}".encode(), orjson.dumps({"state": state})))
+            self._stores._write(self._topic, 0, records)
+            with self._lock:
+                self._apply_config(name, config)
+                if state:
+                    self._apply_state(name, state)
+
+    def put_target_state(self, name: str, state: str) -> None:
+        with self._writing:
+            with self._lock:
+                if name not in self._configs:  # as an UPDATE of a missing row: nothing to do
+                    return
+            self._stores._write(self._topic, 0, [(f"{_TARGET_STATE}{name}".encode(), orjson.dumps({"state": state}))])
+            with self._lock:
+                self._apply_state(name, state)
+
+    def delete(self, name: str) -> None:
+        with self._writing:
+            with self._lock:
+                if name not in self._maybe and name not in self._configs and name not in self._states:
+                    return
+            self._stores._write(self._topic, 0, [(f"{_CONNECTOR}{name}".encode(), None),
+                                                 (f"{_TARGET_STATE}{name}".encode(), None)])
+            with self._lock:
+                self._apply_config(name, None)
+                self._apply_state(name, None)
+                self._maybe.discard(name)
+
+
+def _status_key(connector: str, task: int | None) -> bytes:
+    return (f"{_STATUS_CONNECTOR}{connector}" if task is None else f"{_STATUS_TASK}{connector}-{task}").encode()
+
+
+class _KafkaStatuses:
+    def __init__(self, stores: KafkaStores, topic: str, partitions: int, records: list[Record]):
+        self._stores, self._topic, self._partitions = stores, topic, partitions
+        self._lock = threading.Lock()  # the maps below
+        self._writing = _KeyedLocks()
+        self._statuses: dict[str, dict[int | None, StoredStatus]] = {}
+        self._maybe: dict[str, set[int | None]] = {}  # tasks possibly having a record in the topic
+        for raw_key, value in records:
+            try:
+                key = raw_key.decode()
+                if key.startswith(_STATUS_CONNECTOR):
+                    connector, task = key[len(_STATUS_CONNECTOR):], None
+                elif key.startswith(_STATUS_TASK):
+                    connector, task_id = key[len(_STATUS_TASK):].rsplit("-", 1)
+                    task = int(task_id)
+                else:
+                    continue
+                status = None
+                if value is not None:
+                    data = orjson.loads(value)
+                    status = StoredStatus(connector, task, data["state"], data["worker_id"], data.get("trace"))
+                self._apply(connector, task, status)
+            except (AttributeError, ValueError, TypeError, KeyError) as exc:
+                log.warning("skipping a record of status topic %s with key %r: %s", topic, raw_key, exc)
+
+    def _apply(self, connector: str, task: int | None, status: StoredStatus | None) -> None:
+        statuses = self._statuses.setdefault(connector, {})
+        maybe = self._maybe.setdefault(connector, set())
+        if status is None:
+            statuses.pop(task, None)
+            maybe.discard(task)
+        else:
+            statuses[task] = status
+            maybe.add(task)
+        if not statuses:
+            del self._statuses[connector]
+        if not maybe:
+            del self._maybe[connector]
+
+    def put(self, status: StoredStatus) -> None:
+        value = _dumps({"state": status.state, "worker_id": status.worker_id, "trace": status.trace},
+                       f"status of {status.connector}")
+        with self._writing(status.connector):
+            with self._lock:
+                self._maybe.setdefault(status.connector, set()).add(status.task)
+            self._stores._write(self._topic, _partition_of(status.connector, self._partitions),
+                                [(_status_key(status.connector, status.task), value)])
+            with self._lock:
+                self._apply(status.connector, status.task, status)
+
+    def statuses(self, connector: str) -> list[StoredStatus]:
+        with self._lock:
+            found = list(self._statuses.get(connector, {}).values())
+        return sorted(found, key=lambda s: -1 if s.task is None else s.task)
+
+    def delete(self, connector: str) -> None:
+        with self._writing(connector):
+            with self._lock:
+                tasks = self._maybe.get(connector, set()) | set(self._statuses.get(connector, {}))
+            if not tasks:
+                return
+            ordered = sorted(tasks, key=lambda t: -1 if t is None else t)
+            self._stores._write(self._topic, _partition_of(connector, self._partitions),
+                                [(_status_key(connector, task), None) for task in ordered])
+            with self._lock:
+                for task in ordered:
+                    self._apply(connector, task, None)
