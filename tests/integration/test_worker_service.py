@@ -287,7 +287,7 @@ def test_secrets_are_masked_and_provider_references_resolved_only_at_start(worke
     assert r.status_code == 400 and 'source.bootstrap.servers' in r.json()["message"]
     # a connector that fails with the secret in its error: trace and logs masked
     leaky = {**kafka_config(a, b, unique), "source.start.position": "timestamp",
-             "source.start.timestamp.ms": "${file:%s:sasl.password}" % secrets_file}
+             "source.start.timestamp.ms": f"${{file:{secrets_file}:sasl.password}}"}
     r = c.post("/connectors", json={"name": f"{name}-3", "config": leaky})
     assert r.status_code == 400 and "hunter2-very-secret" not in r.text
     assert c.delete(f"/connectors/{name}").status_code == 204
