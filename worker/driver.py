@@ -239,6 +239,26 @@ class PipelineRuntime:
 OnEpoch = Callable[[int, list[EpochResult], list[PipelineRuntime]], None]
 
 
+def connector_turn(rt: PipelineRuntime, executor: Executor, report: Callable[[list[EpochResult]], None],
+                   wait: Callable[[float], Any], idle_wait: float) -> bool:
+    """One step of a connector's loop: an epoch, or - when no pair was due (waiting for topics or a
+    restart backoff) or the Spark job failed - a wait. False when every task pair has failed for good."""
+    try:
+        done = rt.run_epoch(executor)
+    except Exception:  # noqa: BLE001 - a bug in one connector's loop must not end the others
+        log.exception("connector %s: epoch loop error; retrying", rt.name)
+        done = []
+    report(done)
+    if done:
+        return True
+    if not rt.alive():
+        return False
+    pause = idle_wait * (5 if rt.last_job_error is not None else 1)
+    restart_in = rt.next_restart_in()
+    wait(min(pause, restart_in) if restart_in is not None else pause)
+    return True
+
+
 def unwanted_pairs(pairs: Sequence[Sequence], runtime_of: Callable[[str], PipelineRuntime | None]) -> list[list]:
     """``[connector, task]`` of each ``[connector, task, generation]`` no runtime runs any more:
     unknown connector, another generation (reconfigured, restarted) or a task beyond its count."""
@@ -301,21 +321,9 @@ class Driver:
     def _connector_loop(self, rt: PipelineRuntime, max_epochs: int | None, idle_wait: float) -> None:
         stop = self.stop_event
         while not stop.is_set() and (max_epochs is None or rt.epoch < max_epochs):
-            try:
-                done = rt.run_epoch(self.executor)
-            except Exception:  # noqa: BLE001 - a bug in one connector's loop must not end the others
-                log.exception("connector %s: epoch loop error; retrying", rt.name)
-                done = []
-            self._report(rt, done)
-            if done:
-                continue
-            if not rt.alive():
+            if not connector_turn(rt, self.executor, lambda done: self._report(rt, done), stop.wait, idle_wait):
                 log.error("connector %s: every task pair has failed; it stays stopped", rt.name)
                 return
-            # No pair due (waiting for topics or a restart backoff), or the Spark job failed.
-            wait = idle_wait * (5 if rt.last_job_error is not None else 1)
-            restart_in = rt.next_restart_in()
-            stop.wait(min(wait, restart_in) if restart_in is not None else wait)
 
     def run(self, stop: threading.Event | None = None, *, max_epochs: int | None = None,
             idle_wait: float = 1.0) -> int:

@@ -39,7 +39,7 @@ from connect.records import partition_key
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from worker.control import ControlServer
-from worker.driver import Executor, PipelineRuntime, unwanted_pairs
+from worker.driver import Executor, PipelineRuntime, connector_turn, unwanted_pairs
 from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
 from worker.store import TARGET_STATES, StoredStatus, Stores
 
@@ -506,21 +506,9 @@ class Herder:
 
     def _turn(self, c: _Connector) -> None:
         """One epoch of the connector (or a wait when no pair is due)."""
-        rt = c.runtime
-        try:
-            done = rt.run_epoch(self.executor)
-        except Exception:  # noqa: BLE001 - a bug in one connector's epoch must not end the others
-            log.exception("connector %s: epoch error; retrying", c.name)
-            done = []
-        self._report(c, done)
-        if done:
-            return
-        if not rt.alive() and rt.tasks:
+        if not connector_turn(c.runtime, self.executor, lambda done: self._report(c, done), c.wake.wait,
+                              self._idle_wait):
             c.wake.wait()  # every task pair FAILED for good: until a restart or a new config
-            return
-        wait = self._idle_wait * (5 if rt.last_job_error is not None else 1)
-        restart_in = rt.next_restart_in()
-        c.wake.wait(min(wait, restart_in) if restart_in is not None else wait)
 
     def _report(self, c: _Connector, results: list[EpochResult]) -> None:
         if self.metrics is not None:
