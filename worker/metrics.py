@@ -74,6 +74,8 @@ _STAT_COUNTERS = (
     ("connect_records_customer_handled", "customer_handled",
      "Failed records handled by the source task (customer_failed_msgs)."),
     ("connect_records_skipped", "skipped", "Failed records skipped by errors.tolerance=all."),
+    ("connect_records_filtered", "filtered",
+     "Records not written by replication rules (origin chain holds the target, max hops, cycle by name)."),
     ("connect_flushes", "flushes", "Commit points (sink flushes)."),
 )
 

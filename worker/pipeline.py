@@ -82,6 +82,17 @@ PIPELINE_CONFIG = (
             "Topic that receives records the sink rejected (written with the sink's connector; dlq.* keys override).")
     .define("errors.deadletterqueue.context.headers.enable", Type.BOOLEAN, True,
             "Add __connect.errors.* headers (origin position, exception) to dead-lettered records.")
+    .define("target.cluster.alias", Type.STRING, "", "MirrorMaker 2's name for sink.cluster.alias (either may be set).")
+    .define("replication.origin.property", Type.STRING, "ROCKETMQ_REPLICATOR_SOURCE",
+            "Header / Pulsar property / RocketMQ user property holding the origin chain (RIP-45's name).",
+            validator=non_empty)
+    .define("replication.max.hops", Type.INT, 0, "Most copies a record may have been through already to be copied "
+            "again; 1 = only records born in the source cluster (a full mesh); 0 = no limit (a ring).",
+            validator=in_range(0, 64))
+    .define("replication.policy", Type.STRING, "identity",
+            "Target topic names: identity (same name) or prefix ({source alias}{separator}{topic}, MM2's default).",
+            validator=one_of("identity", "prefix"))
+    .define("replication.policy.separator", Type.STRING, ".", "Separator of the prefix policy.", validator=non_empty)
 )
 
 SIDE_CONFIG = (
@@ -91,6 +102,8 @@ SIDE_CONFIG = (
     .define("key.converter", Type.STRING, "bytes", "Key converter: bytes, string or json.", validator=one_of(*CONVERTERS))
     .define("value.converter", Type.STRING, "bytes", "Value converter: bytes, string or json.",
             validator=one_of(*CONVERTERS))
+    .define("cluster.alias", Type.STRING, "", "Name of this side's cluster in replication (source.cluster.alias, "
+            "sink.cluster.alias): with both set, records carry the origin chain and never loop back.")
 )
 
 _PREFIXES = ("source.", "sink.", "dlq.")
@@ -227,13 +240,35 @@ def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfi
     dlq = _side(flat, "dlq.")
     if sink_cls is not None:
         issues.extend(sink_cls.config_def().unknown_keys(dlq, prefix="dlq."))
+    values = PIPELINE_CONFIG.parse(own) if not issues else {}
+    aliases = _replication_aliases(source_cfg, sink_cfg, values, issues) if not issues else ("", "")
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
-    settings = FrameworkSettings.from_config(PIPELINE_CONFIG.parse(own))
+    settings = FrameworkSettings.from_config(values, aliases)
     return PipelineConfig(
         name=name, settings=settings, source_class=source_cls, source_config=source_cfg,
         sink_class=sink_cls, sink_config=sink_cfg, dlq_overrides=dlq, raw=flat,
     )
+
+
+def _replication_aliases(source_cfg: Mapping[str, str], sink_cfg: Mapping[str, str], values: Mapping[str, Any],
+                         issues: list[ConfigIssue]) -> tuple[str, str]:
+    """(source alias, target alias) of a replication flow, or ("", "") when it is none."""
+    source = source_cfg.get("cluster.alias", "").strip()
+    target = sink_cfg.get("cluster.alias", "").strip()
+    other = values["target.cluster.alias"].strip()
+    if other and target and other != target:
+        issues.append(ConfigIssue("target.cluster.alias", other, f"differs from sink.cluster.alias {target!r}"))
+    target = target or other
+    for key, alias in (("source.cluster.alias", source), ("target.cluster.alias", target)):
+        if "," in alias:
+            issues.append(ConfigIssue(key, alias, "may not contain ',' (it separates the origin chain)"))
+    if bool(source) != bool(target):
+        missing = "target.cluster.alias (or sink.cluster.alias)" if source else "source.cluster.alias"
+        issues.append(ConfigIssue(missing, None, "replication needs both cluster aliases"))
+    elif source and source == target:
+        issues.append(ConfigIssue("target.cluster.alias", target, "must differ from source.cluster.alias"))
+    return source, target
 
 
 def resolve_env_references(document: Any, environ: Mapping[str, str] | None = None) -> Any:

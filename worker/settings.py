@@ -39,8 +39,9 @@ class FrameworkSettings:
     dlq_topic: str = ""
 
     @classmethod
-    def from_config(cls, values: Mapping[str, Any]) -> FrameworkSettings:
-        """From the typed values of ``PIPELINE_CONFIG.parse`` (every key present)."""
+    def from_config(cls, values: Mapping[str, Any], aliases: tuple[str, str] = ("", "")) -> FrameworkSettings:
+        """From the typed values of ``PIPELINE_CONFIG.parse`` (every key present) and the replication
+        flow's (source, target) cluster aliases."""
         return cls(
             tasks_max=values["tasks.max"],
             runner=RunnerPolicy(
@@ -53,6 +54,12 @@ class FrameworkSettings:
                 tolerance_all=values["errors.tolerance"] == "all",
                 log_errors=values["errors.log.enable"],
                 dlq_context_headers=values["errors.deadletterqueue.context.headers.enable"],
+                source_alias=aliases[0],
+                target_alias=aliases[1],
+                origin_property=values["replication.origin.property"],
+                max_hops=values["replication.max.hops"],
+                topic_policy=values["replication.policy"],
+                policy_separator=values["replication.policy.separator"],
             ),
             restart=RestartPolicy(values["errors.restart.backoff.ms"], values["errors.restart.backoff.max.ms"]),
             dlq_topic=values["errors.deadletterqueue.topic.name"],

@@ -28,6 +28,13 @@ class RunnerPolicy:
     tolerance_all: bool = False
     log_errors: bool = False
     dlq_context_headers: bool = True
+    # Replication (``connect.tasks.origin``): both aliases set turn the origin chain on.
+    source_alias: str = ""
+    target_alias: str = ""
+    origin_property: str = "ROCKETMQ_REPLICATOR_SOURCE"
+    max_hops: int = 0  # 0: no limit (the chain alone stops loops)
+    topic_policy: str = "identity"  # or "prefix"
+    policy_separator: str = "."
 
     @property
     def retries_forever(self) -> bool:

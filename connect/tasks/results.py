@@ -23,6 +23,7 @@ class EpochStats:
     customer_handled: int = 0  # failed records the source task handled (customer_failed_msgs)
     dead_lettered: int = 0  # failed records written to the dead-letter topic
     skipped: int = 0  # failed records skipped by errors.tolerance=all
+    filtered: int = 0  # records not written by replication rules (origin chain, max hops, cycle by name)
     flushes: int = 0  # commit points
     in_flight: int = 0  # records put (or waiting to be re-sent) not yet acknowledged when the epoch ended
     latency_ms_max: float = 0.0  # record age (now - record timestamp) when put, worst seen

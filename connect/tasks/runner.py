@@ -48,6 +48,7 @@ from connect.records import ConnectRecord, make_record, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.failures import FailedRecordHandler
+from connect.tasks.origin import OriginChain
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
 from connect.tasks.retry import EpochOver, RetryPolicy
@@ -141,6 +142,10 @@ class TaskPairRunner:
         self._returned_offsets: dict | None = None
         self._async = type(sink).checkpoint is not SinkTask.checkpoint
         self._checkpoint_every = max(policy.max_in_flight_records // 4, 1)
+        self._origin = (OriginChain(policy.source_alias, policy.target_alias, prop=policy.origin_property,
+                                    max_hops=policy.max_hops, policy=policy.topic_policy,
+                                    separator=policy.policy_separator)
+                        if policy.source_alias and policy.target_alias else None)
         # -- carried across epochs --
         self._polled: dict[int, ConnectRecord] = {}  # id(source_partition) -> last record polled, this generation
         self._put = 0  # records put in this generation
@@ -264,6 +269,7 @@ class TaskPairRunner:
         conversion_failures = self._conversion_failures
         retry, time_left = self._retry, self._time_left
         polled = self._polled
+        origin = self._origin
         while stats.records < max_records:
             if self._stop_requested():
                 self._set_deadline(time.monotonic())
@@ -294,6 +300,11 @@ class TaskPairRunner:
             polled.update(last)
             if last.keys() - self._opened_ids.keys():
                 self._open_new_partitions(last)
+            if origin is not None:  # replication: extend the origin chain, drop what would loop
+                batch, dropped = origin.apply(batch)
+                stats.filtered += dropped
+                if not batch:
+                    continue
             if convert is not None:
                 batch = self._convert(batch, convert, conversion_failures, stats)
                 if not batch:
