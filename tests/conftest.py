@@ -69,3 +69,14 @@ def unique(request):
     """A topic/connector name unique to the test."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")
     return f"{name}-{os.getpid()}"
+
+
+@pytest.fixture
+def worker_factory(spark, tmp_path):
+    """Start in-process workers (``start(**settings) -> (worker, httpx client)``); all closed at the end."""
+    from service_util import worker_factory_for
+
+    start, started = worker_factory_for(spark, tmp_path)
+    yield start
+    for w in started:
+        w.close()

@@ -361,6 +361,8 @@ class Herder:
             entry["trace"] = self.redactor.redact(t.trace)
         if t.last is not None:
             entry["executor"] = f"{t.last.host}/{t.last.pid}"
+            if t.last.metrics:
+                entry["metrics"] = dict(t.last.metrics)
         return entry
 
     def status(self, name: str) -> dict[str, Any]:

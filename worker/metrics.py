@@ -121,7 +121,7 @@ class _TaskSeries:
     """Everything exported for one (connector, task) pair."""
 
     __slots__ = ("counters", "acknowledged", "epochs", "failed", "restarts", "buckets", "duration_sum",
-                 "gauges", "latency", "ack_latency")
+                 "gauges", "latency", "ack_latency", "reported")
 
     def __init__(self) -> None:
         self.counters = {name: 0.0 for name, _, _ in _STAT_COUNTERS}
@@ -134,6 +134,7 @@ class _TaskSeries:
         self.gauges: dict[str, float] = {}
         self.latency = [0.0, 0]  # seconds sum, samples
         self.ack_latency: list | None = None  # like latency, once acknowledgements are timed
+        self.reported: dict[str, float] = {}  # the tasks' own gauges (SourceTask/SinkTask.metrics), last epoch
 
     def observe_duration(self, seconds: float) -> None:
         for i, bound in enumerate(DURATION_BUCKETS):
@@ -197,6 +198,8 @@ class ConnectMetrics:
             if result.restarted:
                 series.restarts += 1
             series.observe_duration(duration)
+            series.reported = {str(k): v for k, v in (getattr(result, "metrics", None) or {}).items()
+                               if _number(v) is not None}
 
             series.set_gauge("in_flight", stats.get("in_flight"))
             series.set_gauge("lag", result.lag)
@@ -328,6 +331,9 @@ class ConnectMetrics:
         ack_latency = SummaryMetricFamily("connect_ack_latency_seconds", "Acknowledgement time - record timestamp, "
                                           "over all acknowledged records timed.", labels=_TASK_LABELS)
         gauges = {key: GaugeMetricFamily(metric, doc, labels=_TASK_LABELS) for metric, key, doc in _GAUGES}
+        reported = GaugeMetricFamily("connect_task_metric", "A gauge the task pair reports itself at epoch end "
+                                     "(e.g. heartbeat.<alias>.latency_ms of the heartbeat monitor).",
+                                     labels=[*_TASK_LABELS, "name"])
         for (name, task), series in tasks:
             labels = [name, str(task)]
             if series.acknowledged is not None:
@@ -345,5 +351,7 @@ class ConnectMetrics:
                 ack_latency.add_metric(labels, series.ack_latency[1], series.ack_latency[0])
             for key, value in series.gauges.items():
                 gauges[key].add_metric(labels, value)
-        out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values()]
+            for key, value in sorted(series.reported.items()):
+                reported.add_metric([*labels, key], value)
+        out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values(), reported]
         return out

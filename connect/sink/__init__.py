@@ -165,6 +165,11 @@ class SinkTask:
     def open(self, partitions: Sequence[SourcePartition]) -> None:
         """Records from these source partitions are about to arrive."""
 
+    def metrics(self) -> Mapping[str, float]:
+        """Gauges this task reports at each epoch's end (name -> number): exported as
+        ``connect_task_metric{name=...}`` and shown in the task's REST status. Default: none."""
+        return {}
+
     def put(self, records: Sequence[ConnectRecord]) -> None:
         raise NotImplementedError
 

@@ -115,6 +115,11 @@ class SourceTask:
         """
         return {}
 
+    def metrics(self) -> Mapping[str, float]:
+        """Gauges this task reports at each epoch's end (name -> number): exported as
+        ``connect_task_metric{name=...}`` and shown in the task's REST status. Default: none."""
+        return {}
+
     def lag(self) -> int | None:
         """Records known to be waiting in the source for this task, if the source can tell."""
         return None

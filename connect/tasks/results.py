@@ -90,6 +90,7 @@ class EpochResult:
     # one (results returned, offsets persisted, next job scheduled, runner reached). Wall clocks
     # of the executors' hosts; None for a pair's first epoch.
     gap_s: float | None = None
+    metrics: dict[str, float] | None = None  # the tasks' own gauges (SourceTask/SinkTask.metrics) at epoch end
 
     @property
     def duration(self) -> float:

@@ -241,13 +241,18 @@ class TaskPairRunner:
             handler.close()
             if gc_was_enabled:
                 gc.enable()
-        lag = None
+        lag = reported = None
         try:
             lag = self.source.lag()
         except Exception:  # noqa: BLE001 - lag is informational
             pass
+        try:
+            reported = {**self.source.metrics(), **self.sink.metrics()} or None
+        except Exception as exc:  # noqa: BLE001 - so are the tasks' own gauges
+            log.warning("[%s] task metrics: %s", self.name, exc)
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
-                           time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST)
+                           time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST,
+                           metrics=reported)
 
     def _persist_start_offsets(self, committed: dict) -> bool:
         """Persist where never-committed partitions start (latest, a timestamp, the low watermark)

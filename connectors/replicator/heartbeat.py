@@ -1,0 +1,145 @@
+"""Heartbeats: is a replication link alive, and how far behind is it? (RIP-45's
+RocketMQHeartbeatConnector, MirrorMaker 2's MirrorHeartbeatConnector.)
+
+Three pieces, each an ordinary pipeline, so they work for any pair of brokers:
+
+1. ``heartbeat`` source (in the *source* cluster's pipeline): every ``interval.ms`` it emits one
+   record ``{"alias": <alias>, "ts": <ms>, "seq": <n>}`` (key = the alias, timestamp = ts); its sink
+   is the source cluster's own connector, writing the heartbeat topic there
+   (``rmq_sys_replicator_heartbeat`` in RIP-45, ``heartbeats`` in MM2).
+2. The replication flow (a mirror) carries the heartbeat topic like any other topic: a heartbeat
+   reaching the target went the same way and waited in the same queues as the data.
+3. ``heartbeat`` sink (the *monitor*, in the target cluster's pipeline reading the heartbeat
+   topic there): per origin alias it keeps the last heartbeat and reports, as the task's own
+   gauges (``connect_task_metric`` and the task's REST status):
+
+   - ``heartbeat.<alias>.latency_ms``: arrival at the monitor - emission (the link's replication
+     latency; clocks of the two hosts);
+   - ``heartbeat.<alias>.age_ms``: now - emission of the newest heartbeat seen (grows while the link
+     is paused or broken);
+   - ``heartbeat.<alias>.healthy``: 1 while ``age_ms`` < ``timeout.ms``, else 0;
+   - ``heartbeat.<alias>.hops``: copies the last heartbeat went through (its origin chain's length);
+   - ``heartbeat.<alias>.count``: heartbeats seen by this task.
+
+Offsets: the source's position is the last emission time (nothing to replay: a restart emits
+afresh); the monitor is a synchronous sink that keeps nothing, so its source's offsets advance.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+from connect.config import ConfigDef, Importance, Type, at_least, non_empty
+from connect.connector import SinkConnector, SourceConnector
+from connect.records import ConnectRecord, make_record
+from connect.sink import SinkTask
+from connect.source import SourceTask
+from connect.tasks.origin import DEFAULT_ORIGIN_PROPERTY, chain_of
+
+__all__ = ["HeartbeatSourceConnector", "HeartbeatSourceTask", "HeartbeatSinkConnector", "HeartbeatSinkTask"]
+
+SOURCE_CONFIG = (
+    ConfigDef()
+    .define("alias", Type.STRING, doc="Alias of the cluster the heartbeats are emitted into (born in).",
+            importance=Importance.HIGH, validator=non_empty)
+    .define("topic", Type.STRING, "heartbeats", "Topic the heartbeat records carry (the sink may rename it).",
+            validator=non_empty)
+    .define("interval.ms", Type.INT, 1000, "Time between heartbeats.", validator=at_least(10))
+)
+
+SINK_CONFIG = (
+    ConfigDef()
+    .define("timeout.ms", Type.INT, 5000, "A link is unhealthy once its newest heartbeat is older than this.",
+            validator=at_least(1))
+    .define("origin.property", Type.STRING, DEFAULT_ORIGIN_PROPERTY, "Header holding the origin chain.",
+            validator=non_empty)
+)
+
+
+class HeartbeatSourceTask(SourceTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        cfg = SOURCE_CONFIG.parse(config)
+        self.alias = cfg["alias"]
+        self.topic = cfg["topic"]
+        self.interval = cfg["interval.ms"] / 1000
+        self.partition = {"heartbeat": self.alias}
+        self.seq = 0
+        self.next_at = time.monotonic()
+
+    def poll(self) -> Sequence[ConnectRecord]:
+        wait = self.next_at - time.monotonic()
+        if wait > 0:
+            time.sleep(min(wait, 0.1, self.context.time_left()))
+            return []
+        self.next_at = max(self.next_at + self.interval, time.monotonic())
+        now = int(time.time() * 1000)
+        self.seq += 1
+        value = orjson.dumps({"alias": self.alias, "ts": now, "seq": self.seq})
+        return [make_record(self.topic, self.alias.encode(), value, None, now, self.partition, {"ts": now}, 0)]
+
+
+class HeartbeatSourceConnector(SourceConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return SOURCE_CONFIG
+
+    @classmethod
+    def task_class(cls) -> type:
+        return HeartbeatSourceTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
+        return [dict(self.config)]  # one emitter per cluster
+
+    def source_topics(self) -> Mapping[str, int]:
+        return {SOURCE_CONFIG.parse(self.config)["topic"]: 1}
+
+
+class HeartbeatSinkTask(SinkTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        cfg = SINK_CONFIG.parse(config)
+        self.timeout_ms = cfg["timeout.ms"]
+        self.prop = cfg["origin.property"]
+        self.links: dict[str, dict[str, float]] = {}
+
+    def put(self, records: Sequence[ConnectRecord]) -> None:
+        arrived = time.time() * 1000
+        for r in records:
+            try:
+                beat = orjson.loads(r.value)
+                alias, ts = str(beat["alias"]), float(beat["ts"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue  # not a heartbeat (another writer shares the topic): nothing to measure
+            link = self.links.setdefault(alias, {"ts": 0.0, "latency_ms": 0.0, "count": 0, "hops": 0})
+            link["count"] += 1
+            if ts >= link["ts"]:
+                link["ts"] = ts
+                link["latency_ms"] = max(arrived - ts, 0.0)
+                link["hops"] = len(chain_of(r.headers, self.prop))
+
+    def flush(self, offsets) -> None:
+        return None
+
+    def metrics(self) -> Mapping[str, float]:
+        now = time.time() * 1000
+        out: dict[str, float] = {}
+        for alias, link in self.links.items():
+            age = max(now - link["ts"], 0.0)
+            out[f"heartbeat.{alias}.latency_ms"] = link["latency_ms"]
+            out[f"heartbeat.{alias}.age_ms"] = age
+            out[f"heartbeat.{alias}.healthy"] = 1.0 if age < self.timeout_ms else 0.0
+            out[f"heartbeat.{alias}.hops"] = float(link["hops"])
+            out[f"heartbeat.{alias}.count"] = float(link["count"])
+        return out
+
+
+class HeartbeatSinkConnector(SinkConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return SINK_CONFIG
+
+    @classmethod
+    def task_class(cls) -> type:
+        return HeartbeatSinkTask
