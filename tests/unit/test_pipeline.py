@@ -232,8 +232,9 @@ def test_four_mistakes_yield_four_issues_in_one_error():
         assert key in text
 
 
-def test_side_config_declares_converters():
-    assert {k.name for k in SIDE_CONFIG.keys()} == {"connector.class", "key.converter", "value.converter"}
+def test_side_config_declares_converters_and_the_cluster_alias():
+    assert {k.name for k in SIDE_CONFIG.keys()} == {"connector.class", "key.converter", "value.converter",
+                                                     "cluster.alias"}
 
 
 # -- files ------------------------------------------------------------------------------------
