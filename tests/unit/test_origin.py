@@ -121,3 +121,23 @@ def test_the_runner_drops_what_would_loop_counts_it_and_still_advances_the_offse
     assert [r.value for r in written] == [b"v0", b"v2", b"v4", b"v6", b"v8"]
     assert all(chain_of(r.headers) == ["A"] for r in written)
     assert result.offsets == {partition_key(SP): {"offset": 9}}  # the filtered last record's offset too
+
+
+def test_replication_examples_in_conf_are_valid_flows():
+    from pathlib import Path
+
+    from worker.pipeline import load_pipeline_file
+
+    files = sorted((Path(__file__).resolve().parents[2] / "conf" / "replication").glob("*.json"))
+    assert len(files) >= 8
+    flows = 0
+    for path in files:
+        try:
+            pipeline = load_pipeline_file(path)
+        except ConfigError as exc:  # pragma: no cover - the failure message is the point
+            pytest.fail(f"{path.name}: {exc}")
+        runner = pipeline.settings.runner
+        if runner.source_alias:
+            flows += 1
+            assert runner.target_alias and runner.target_alias != runner.source_alias, path.name
+    assert flows == 6  # two active-active flows, the DR mirror, three ring flows
