@@ -8,6 +8,8 @@ import pytest
 from kafka_util import create_topic
 from service_util import wait_for
 
+from connectors.rocketmq.client import SyncRocketMQClient
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -32,27 +34,35 @@ def _check_link(c, origin: str, mirror: str, monitor: str) -> None:
     wait_for(lambda: task_metrics(c, monitor).get(f"{key}.healthy") == 1.0, 90, "the link healthy again")
 
 
+def _start_link(c, topic: str, origin: str, origin_side: dict, target: str, target_side: dict) -> None:
+    """Heartbeats emitted into the origin cluster, its mirror to the target, the monitor in the target.
+    ``*_side``: connector keys of that cluster's connector (without the source./sink. prefix)."""
+    fast = {"epoch.max.ms": "500"}
+
+    def side(prefix: str, keys: dict) -> dict:
+        return {f"{prefix}.{k}": v for k, v in keys.items()}
+
+    connectors = {
+        f"{topic}-emit": {"source.connector.class": "heartbeat", "source.alias": origin, "source.topic": topic,
+                          "source.interval.ms": "200", **side("sink", origin_side), **fast},
+        f"{topic}-mirror": {**side("source", {**origin_side, "topics": topic, "cluster.alias": origin}),
+                            **side("sink", {**target_side, "cluster.alias": target}), **fast},
+        f"{topic}-monitor": {**side("source", {**target_side, "topics": topic}), "sink.connector.class": "heartbeat",
+                             "sink.timeout.ms": "2000", **fast},
+    }
+    for name, config in connectors.items():
+        r = c.post("/connectors", json={"name": name, "config": config})
+        assert r.status_code == 201, r.text
+
+
 def test_heartbeats_kafka_to_kafka_measure_the_link_and_a_pause_shows_it_unhealthy(worker_factory, kafka_pair, unique):
     a, b = kafka_pair
     topic = f"hb-{unique.rsplit('-', 1)[1]}"
     create_topic(a.bootstrap, topic, 1)
     create_topic(b.bootstrap, topic, 1)
     _, c = worker_factory()
-    fast = {"epoch.max.ms": "500"}
-    connectors = {
-        f"{topic}-emit": {"source.connector.class": "heartbeat", "source.alias": "A", "source.topic": topic,
-                          "source.interval.ms": "200", "sink.connector.class": "kafka",
-                          "sink.bootstrap.servers": a.bootstrap, **fast},
-        f"{topic}-mirror": {"source.connector.class": "kafka", "source.bootstrap.servers": a.bootstrap,
-                            "source.topics": topic, "source.cluster.alias": "A", "sink.connector.class": "kafka",
-                            "sink.bootstrap.servers": b.bootstrap, "sink.cluster.alias": "B", **fast},
-        f"{topic}-monitor": {"source.connector.class": "kafka", "source.bootstrap.servers": b.bootstrap,
-                             "source.topics": topic, "sink.connector.class": "heartbeat", "sink.timeout.ms": "2000",
-                             **fast},
-    }
-    for name, config in connectors.items():
-        r = c.post("/connectors", json={"name": name, "config": config})
-        assert r.status_code == 201, r.text
+    _start_link(c, topic, "A", {"connector.class": "kafka", "bootstrap.servers": a.bootstrap},
+                "B", {"connector.class": "kafka", "bootstrap.servers": b.bootstrap})
     _check_link(c, "A", f"{topic}-mirror", f"{topic}-monitor")
 
 
@@ -60,20 +70,9 @@ def test_heartbeats_rocketmq_to_kafka(worker_factory, kafka_pair, rocketmq_pair,
     rocketmq, kafka = rocketmq_pair[0], kafka_pair[1]
     topic = f"hbr-{unique.rsplit('-', 1)[1]}"
     create_topic(kafka.bootstrap, topic, 1)
+    with SyncRocketMQClient(rocketmq.namesrv) as client:
+        client.create_topic(rocketmq.namesrv, topic, 1, 1)
     _, c = worker_factory()
-    fast = {"epoch.max.ms": "500"}
-    connectors = {
-        f"{topic}-emit": {"source.connector.class": "heartbeat", "source.alias": "R", "source.topic": topic,
-                          "source.interval.ms": "200", "sink.connector.class": "rocketmq",
-                          "sink.namesrv.addr": rocketmq.namesrv, "sink.auto.create.topics": "true", **fast},
-        f"{topic}-mirror": {"source.connector.class": "rocketmq", "source.namesrv.addr": rocketmq.namesrv,
-                            "source.topics": topic, "source.cluster.alias": "R", "sink.connector.class": "kafka",
-                            "sink.bootstrap.servers": kafka.bootstrap, "sink.cluster.alias": "K", **fast},
-        f"{topic}-monitor": {"source.connector.class": "kafka", "source.bootstrap.servers": kafka.bootstrap,
-                             "source.topics": topic, "sink.connector.class": "heartbeat", "sink.timeout.ms": "2000",
-                             **fast},
-    }
-    for name, config in connectors.items():
-        r = c.post("/connectors", json={"name": name, "config": config})
-        assert r.status_code == 201, r.text
+    _start_link(c, topic, "R", {"connector.class": "rocketmq", "namesrv.addr": rocketmq.namesrv},
+                "K", {"connector.class": "kafka", "bootstrap.servers": kafka.bootstrap})
     _check_link(c, "R", f"{topic}-mirror", f"{topic}-monitor")
