@@ -34,6 +34,7 @@ import math
 import threading
 from typing import Any, Callable, Iterable, Mapping
 
+import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -110,6 +111,20 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def _partition_label(key: str) -> str:
+    """``orders/0`` for the partition key ``{"partition":0,"topic":"orders"}`` (topic first, then the
+    other fields by name: ``orders/broker-a/3`` for a RocketMQ queue); the key itself if it is no JSON object."""
+    try:
+        fields = orjson.loads(key)
+    except orjson.JSONDecodeError:
+        return key
+    if not isinstance(fields, dict):
+        return key
+    parts = [fields.pop("topic")] if "topic" in fields else []
+    parts += [fields[k] for k in sorted(fields)]
+    return "/".join(str(p) for p in parts)
+
+
 def _state(state: str) -> str:
     name = str(state).upper()
     if name not in STATES:
@@ -121,7 +136,7 @@ class _TaskSeries:
     """Everything exported for one (connector, task) pair."""
 
     __slots__ = ("counters", "acknowledged", "epochs", "failed", "restarts", "buckets", "duration_sum",
-                 "gauges", "latency", "ack_latency", "reported")
+                 "gauges", "latency", "ack_latency", "reported", "partition_lag")
 
     def __init__(self) -> None:
         self.counters = {name: 0.0 for name, _, _ in _STAT_COUNTERS}
@@ -135,6 +150,7 @@ class _TaskSeries:
         self.latency = [0.0, 0]  # seconds sum, samples
         self.ack_latency: list | None = None  # like latency, once acknowledgements are timed
         self.reported: dict[str, float] = {}  # the tasks' own gauges (SourceTask/SinkTask.metrics), last epoch
+        self.partition_lag: dict[str, tuple[float, float]] = {}  # partition label -> (records, seconds) behind
 
     def observe_duration(self, seconds: float) -> None:
         for i, bound in enumerate(DURATION_BUCKETS):
@@ -200,6 +216,9 @@ class ConnectMetrics:
             series.observe_duration(duration)
             series.reported = {str(k): v for k, v in (getattr(result, "metrics", None) or {}).items()
                                if _number(v) is not None}
+            series.partition_lag = {_partition_label(k): (float(v[0]), float(v[1]))
+                                    for k, v in (getattr(result, "partition_lag", None) or {}).items()
+                                    if len(v) == 2 and _number(v[0]) is not None and _number(v[1]) is not None}
 
             series.set_gauge("in_flight", stats.get("in_flight"))
             series.set_gauge("lag", result.lag)
@@ -331,6 +350,11 @@ class ConnectMetrics:
         ack_latency = SummaryMetricFamily("connect_ack_latency_seconds", "Acknowledgement time - record timestamp, "
                                           "over all acknowledged records timed.", labels=_TASK_LABELS)
         gauges = {key: GaugeMetricFamily(metric, doc, labels=_TASK_LABELS) for metric, key, doc in _GAUGES}
+        lag_records = GaugeMetricFamily("connect_partition_lag_records", "Records behind the source's end, per "
+                                        "source partition or queue, at epoch end.", labels=[*_TASK_LABELS, "partition"])
+        lag_seconds = GaugeMetricFamily("connect_partition_lag_seconds", "Age of the newest acknowledged record while "
+                                        "records remain to copy (0 when caught up), per source partition or queue.",
+                                        labels=[*_TASK_LABELS, "partition"])
         reported = GaugeMetricFamily("connect_task_metric", "A gauge the task pair reports itself at epoch end "
                                      "(e.g. heartbeat.<alias>.latency_ms of the heartbeat monitor).",
                                      labels=[*_TASK_LABELS, "name"])
@@ -353,5 +377,9 @@ class ConnectMetrics:
                 gauges[key].add_metric(labels, value)
             for key, value in sorted(series.reported.items()):
                 reported.add_metric([*labels, key], value)
-        out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values(), reported]
+            for part, (records, seconds) in sorted(series.partition_lag.items()):
+                lag_records.add_metric([*labels, part], records)
+                lag_seconds.add_metric([*labels, part], seconds)
+        out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values(), reported,
+                lag_records, lag_seconds]
         return out

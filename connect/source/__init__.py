@@ -120,6 +120,12 @@ class SourceTask:
         ``connect_task_metric{name=...}`` and shown in the task's REST status. Default: none."""
         return {}
 
+    def lag_by_partition(self) -> Mapping[str, int] | None:
+        """Records behind the source's end, per assigned partition (keyed by ``partition_key``);
+        None when the source cannot tell. The runner adds seconds behind and the worker exports
+        both per partition (``connect_partition_lag_records`` / ``_seconds``)."""
+        return None
+
     def lag(self) -> int | None:
         """Records known to be waiting in the source for this task, if the source can tell."""
         return None

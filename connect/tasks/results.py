@@ -91,6 +91,7 @@ class EpochResult:
     # of the executors' hosts; None for a pair's first epoch.
     gap_s: float | None = None
     metrics: dict[str, float] | None = None  # the tasks' own gauges (SourceTask/SinkTask.metrics) at epoch end
+    partition_lag: dict[str, list[float]] | None = None  # partition key -> [records, seconds] behind the source
 
     @property
     def duration(self) -> float:

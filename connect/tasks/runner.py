@@ -100,13 +100,13 @@ class _Generation:
     __slots__ = ("seq", "done", "offsets", "records", "size", "stamps")
 
     def __init__(self, seq: int, done: Callable[[], bool] | None, offsets: dict[str, dict[str, Any]],
-                 records: list[ConnectRecord] | None, size: int, stamps: list[int]):
+                 records: list[ConnectRecord] | None, size: int, stamps: dict[str, int]):
         self.seq = seq
         self.done = done  # None: a synchronous sink, completed by a flush
         self.offsets = offsets  # partition key -> offset of its last record polled in this generation
         self.records = records  # records put (only for sources that want commit_record)
         self.size = size
-        self.stamps = stamps  # timestamps of each partition's last record (acknowledgement latency)
+        self.stamps = stamps  # partition key -> timestamp of its last record (latency, lag in seconds)
 
 
 class TaskPairRunner:
@@ -163,6 +163,7 @@ class TaskPairRunner:
         self._permanent: list[tuple[ConnectRecord, BaseException]] = []  # not yet resolved (DLQ busy)
         self._conversion_failures: list[tuple[ConnectRecord, BaseException]] = []
         self._deadline = float("inf")
+        self._acked_ts: dict[str, int] = {}  # partition key -> timestamp of its newest acknowledged record
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
@@ -246,13 +247,32 @@ class TaskPairRunner:
             lag = self.source.lag()
         except Exception:  # noqa: BLE001 - lag is informational
             pass
+        partition_lag = self._partition_lag()
         try:
             reported = {**self.source.metrics(), **self.sink.metrics()} or None
         except Exception as exc:  # noqa: BLE001 - so are the tasks' own gauges
             log.warning("[%s] task metrics: %s", self.name, exc)
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
                            time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST,
-                           metrics=reported)
+                           metrics=reported, partition_lag=partition_lag)
+
+    def _partition_lag(self) -> dict[str, list[float]] | None:
+        """Per source partition: [records behind the source's end, seconds behind]. Seconds behind is
+        the age of the newest acknowledged record while records remain to copy (0 when caught up):
+        how old the data the target has just received is."""
+        try:
+            behind = self.source.lag_by_partition()
+        except Exception:  # noqa: BLE001 - informational
+            return None
+        if not behind:
+            return None
+        now_ms = time.time() * 1000
+        out = {}
+        for key, records in behind.items():
+            ts = self._acked_ts.get(key)
+            seconds = max(now_ms - ts, 0.0) / 1000 if records > 0 and ts is not None else 0.0
+            out[key] = [float(records), seconds]
+        return out
 
     def _persist_start_offsets(self, committed: dict) -> bool:
         """Persist where never-committed partitions start (latest, a timestamp, the low watermark)
@@ -432,7 +452,7 @@ class TaskPairRunner:
             return
         done = self.sink.checkpoint() if self._async else None
         offsets = {partition_key(r.source_partition): r.source_offset for r in self._polled.values()}
-        stamps = [r.timestamp for r in self._polled.values() if r.timestamp]
+        stamps = {partition_key(r.source_partition): r.timestamp for r in self._polled.values() if r.timestamp}
         records = None
         if self._records is not None:
             records, self._records = self._records, []
@@ -487,8 +507,9 @@ class TaskPairRunner:
             self._ready.update(g.offsets)
             self._in_flight -= g.size
             stats.acknowledged += g.size
-            for ts in g.stamps:
+            for key, ts in g.stamps.items():
                 stats.observe_ack_latency(now_ms - ts)
+                self._acked_ts[key] = ts
             self._done_seq = g.seq
             if g.records:
                 self._held.extend(g.records)

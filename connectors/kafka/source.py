@@ -235,15 +235,19 @@ class KafkaSourceTask(SourceTask):
 
     def lag(self) -> int | None:
         """Sum of (high watermark - position); a lower bound on brokers whose watermarks lag (tansu)."""
-        total = 0
+        behind = self.lag_by_partition()
+        return None if behind is None else sum(behind.values())
+
+    def lag_by_partition(self) -> dict[str, int] | None:
+        out = {}
         try:
             for tp in self._consumer.position(self._assigned):
                 low, high = self._consumer.get_watermark_offsets(tp, cached=True)
                 if high >= 0 and tp.offset >= 0:
-                    total += max(high - tp.offset, 0)
-        except KafkaException:
+                    out[partition_key(self._sp[tp.topic][tp.partition])] = max(high - tp.offset, 0)
+        except (KafkaException, KeyError):
             return None
-        return total
+        return out
 
     def stop(self) -> None:
         consumer = getattr(self, "_consumer", None)

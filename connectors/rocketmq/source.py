@@ -287,6 +287,9 @@ class RocketMQSourceTask(SourceTask):
     def lag(self) -> int | None:
         return sum(max(q.top - q.next, 0) for q in self._queues)
 
+    def lag_by_partition(self) -> dict[str, int]:
+        return {key: max(q.top - q.next, 0) for key, q in self._by_key.items()}
+
     # -- progress on the source broker ----------------------------------------------------------------
     def offsets_committed(self, offsets: Mapping[str, Mapping[str, Any]]) -> None:
         """The framework persisted these offsets: with ``consumer.group``, write them to the source

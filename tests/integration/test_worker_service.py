@@ -117,6 +117,9 @@ def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka
              if line.startswith(f'connect_records_acknowledged_total{{connector="{name}"')]
     assert len(acked) == 2 and sum(acked) >= 2000  # both pairs report acknowledgements
     assert f'connect_task_state{{connector="{name}",state="RUNNING",task="0"}} 1.0' in metrics
+    lagging = {line.split("partition=")[1].split(",")[0] for line in metrics.splitlines()
+               if line.startswith(f'connect_partition_lag_records{{connector="{name}"')}
+    assert lagging == {f'"{topic}/0"', f'"{topic}/1"'}  # one series per source partition
 
     # pause: nothing moves; resume: everything produced meanwhile arrives
     assert c.put(f"/connectors/{name}/pause").status_code == 202

@@ -355,3 +355,17 @@ def test_on_epoch_syncs_states_from_runtimes():
     assert _states(s, "connect_connector_state", connector="orders")[FAILED] == 1
     assert _states(s, "connect_connectors")[FAILED] == 1
     assert value(s, "connect_epochs_failed_total", connector="orders", task="0") == 1
+
+
+def test_partition_lag_gauges_per_partition_with_readable_labels():
+    m = ConnectMetrics()
+    r = result(task=0)
+    r.partition_lag = {'{"partition":1,"topic":"orders"}': [7.0, 2.5],
+                       '{"broker":"b-a","queue":3,"topic":"rq"}': [0.0, 0.0]}
+    m.epoch("c", r)
+    s = scrape(m)
+    assert value(s, "connect_partition_lag_records", connector="c", task="0", partition="orders/1") == 7.0
+    assert value(s, "connect_partition_lag_seconds", connector="c", task="0", partition="orders/1") == 2.5
+    assert value(s, "connect_partition_lag_records", connector="c", task="0", partition="rq/b-a/3") == 0.0
+    m.epoch("c", result(task=0, epoch=1))  # a source that no longer reports: the series go
+    assert value(scrape(m), "connect_partition_lag_records", connector="c", task="0", partition="orders/1") is None

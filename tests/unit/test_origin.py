@@ -141,3 +141,31 @@ def test_replication_examples_in_conf_are_valid_flows():
             flows += 1
             assert runner.target_alias and runner.target_alias != runner.source_alias, path.name
     assert flows == 6  # two active-active flows, the DR mirror, three ring flows
+
+
+class LaggingSource(ChainedSource):
+    """ChainedSource that says how far behind it is: ``behind`` records on its partition."""
+
+    behind = 5
+
+    def lag_by_partition(self):
+        return {partition_key(SP): self.behind}
+
+
+def test_partition_lag_reports_records_and_seconds_behind_per_partition(request):
+    name = f"lag-{request.node.name}"
+    source = LaggingSource()
+    runner = TaskPairRunner(connector="c", task_id=0, source=source, sink=MemorySinkTask(), source_config={},
+                            sink_config={"name": name}, policy=RunnerPolicy(epoch_max_ms=300), offsets={})
+    try:
+        behind = runner.run_epoch(0).partition_lag[partition_key(SP)]
+        source.behind = 0
+        caught_up = runner.run_epoch(1).partition_lag[partition_key(SP)]
+    finally:
+        runner.stop()
+        MemorySinkTask.written.pop(name, None)
+    import time
+
+    age = time.time() - 1_700_000_000  # the records' timestamps are 1.7e12 ms
+    assert behind[0] == 5 and abs(behind[1] - age) < 60  # the newest acknowledged record's age
+    assert caught_up == [0.0, 0.0]
