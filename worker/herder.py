@@ -79,6 +79,7 @@ class _Connector:
 
     def __init__(self, name: str, config: dict[str, str], target: str, starts: int):
         self.name = name
+        self.incarnation = uuid.uuid4().hex[:8]  # a connector deleted and created again is another one
         self.config = config  # as submitted, references unresolved
         self.target = target
         self.starts = starts  # bumped when its task pairs must be rebuilt (new generation)
@@ -109,7 +110,8 @@ class Herder:
         self.run_id = uuid.uuid4().hex
         self._resolve = resolver or _no_providers
         self._idle_wait = idle_wait
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # memory only: held briefly, never across store I/O
+        self._mutate = threading.Lock()  # serialises the operations that change connectors (store, then memory)
         self._connectors: dict[str, _Connector] = {}
         self._retiring: dict[str, _Connector] = {}  # deleted, their threads still ending their epoch
         self._stopping = threading.Event()
@@ -132,9 +134,15 @@ class Herder:
         return c is None or c.change_pending()
 
     def _offsets_request(self, request: dict) -> dict[str, Any]:
-        c = self._connectors.get(request.get("connector", ""))
+        name = request.get("connector", "")
+        c = self._connectors.get(name)
         rt = c.runtime if c is not None else None
-        return rt.committed_offsets(request.get("keys", [])) if rt is not None else {}
+        if rt is None:  # deleted, its last epoch still running: its own runtime answers
+            retiring = self._retiring.get(name)
+            rt = retiring.runtime if retiring is not None else None
+        if rt is None:  # never answer "no offsets" for a connector we cannot see: the task would start afresh
+            raise ConnectError(f"connector {name} is not running here; its task pairs must not start")
+        return rt.committed_offsets(request.get("keys", []))
 
     def _wanted_request(self, request: dict) -> list[list]:
         def runtime_of(name: str) -> PipelineRuntime | None:
@@ -146,11 +154,13 @@ class Herder:
     # -- lifecycle of the herder -----------------------------------------------------------------
     def start(self) -> None:
         """Resume every stored connector in its stored target state."""
-        for stored in self.stores.configs.connectors().values():
-            state = stored.target_state if stored.target_state in TARGET_STATES else RUNNING
-            with self._lock:
-                self._launch(_Connector(stored.name, dict(stored.config), state, 0))
-        self.started.set()
+        with self._mutate:
+            for stored in self.stores.configs.connectors().values():
+                state = stored.target_state if stored.target_state in TARGET_STATES else RUNNING
+                with self._lock:
+                    if stored.name not in self._connectors:
+                        self._launch(_Connector(stored.name, dict(stored.config), state, 0))
+            self.started.set()
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop every connector (their running epochs end, drain and commit), then the control channel."""
@@ -202,15 +212,19 @@ class Herder:
         config = _strings(config, "$.config")
         config.pop("name", None)
         self.validate(name, config)
-        self._await_retired(name)
-        with self._lock:
-            if name in self._connectors:
-                raise ConnectorExists(f"Connector {name} already exists")
-            self.stores.configs.put(name, config, initial_state)
-            c = _Connector(name, config, initial_state, 0)
-            self._launch(c)
+        with self._mutate:
+            self._create(name, config, initial_state)
         log.info("connector %s created (%s)", name, initial_state)
         return self.info(name)
+
+    def _create(self, name: str, config: dict[str, Any], initial_state: str) -> None:
+        """Store, then launch (the caller holds ``_mutate`` and validated ``config``)."""
+        self._await_retired(name)
+        if name in self._connectors:
+            raise ConnectorExists(f"Connector {name} already exists")
+        self.stores.configs.put(name, config, initial_state)
+        with self._lock:
+            self._launch(_Connector(name, config, initial_state, 0))
 
     def put_config(self, name: str, config: Any) -> tuple[bool, dict[str, Any]]:
         """Create or update; True when it was created."""
@@ -218,45 +232,60 @@ class Herder:
         given = config.pop("name", name)
         if given != name:
             raise BadRequest(f"$.name: the config names connector {given!r} but the path names {name!r}")
-        with self._lock:
-            exists = name in self._connectors
-        if not exists:
-            return True, self.create(name, config)
+        with self._mutate:
+            created = name not in self._connectors
+            if created:
+                if problem := check_connector_name(name):
+                    raise BadRequest(f"$.name: {problem}")
+                self.validate(name, config, path="$")
+                self._create(name, config, RUNNING)
+            else:
+                self._update(name, config)
+        log.info("connector %s %s", name, "created" if created else "reconfigured")
+        return created, self.info(name)
+
+    def _update(self, name: str, config: dict[str, Any]) -> None:
+        """Validate, store, then apply a new config of an existing connector (the caller holds ``_mutate``)."""
+        c = self._get(name)
         self.validate(name, config, path="$")
+        self.stores.configs.put(name, config)
         with self._lock:
-            c = self._get(name)
-            self.stores.configs.put(name, config)
             c.config = config
             c.rebuild = True
             c.wake.set()
-        log.info("connector %s reconfigured", name)
-        return False, self.info(name)
+        self._relaunch_if_dead(c)
 
     def patch_config(self, name: str, patch: Any) -> dict[str, Any]:
         """Kafka Connect's PATCH: keys given replace, keys given as null are removed."""
         if not isinstance(patch, dict):
             raise BadRequest("$: must be an object of config keys to string values (null removes a key)")
-        with self._lock:
+        with self._mutate:  # read, merge and write as one: concurrent patches never lose keys
             merged = dict(self._get(name).config)
-        for key, value in patch.items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        return self.put_config(name, merged)[1]
+            for key, value in patch.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            merged.pop("name", None)
+            self._update(name, merged)
+        return self.info(name)
 
     def delete(self, name: str) -> None:
         """Forget the connector (its committed offsets are kept); its thread ends its epoch (which
         commits) and stops it in the background. A connector created again under that name waits
         for that first."""
-        with self._lock:
+        with self._mutate:
             c = self._get(name)
-            del self._connectors[name]
-            c.removed = True
-            c.wake.set()
-            self._retiring[name] = c
-            self.stores.configs.delete(name)
-            self.stores.statuses.delete(name)
+            self.stores.configs.delete(name)  # the store first: a failed delete leaves the connector as it was
+            with self._lock:
+                del self._connectors[name]
+                c.removed = True
+                c.wake.set()
+                self._retiring[name] = c
+            try:
+                self.stores.statuses.delete(name)
+            except ConnectError as exc:
+                log.warning("connector %s deleted; its status rows stay in the store: %s", name, exc)
         if self.metrics is not None:
             self.metrics.remove(name)
         log.info("connector %s deleted", name)
@@ -269,16 +298,25 @@ class Herder:
                 raise StateConflict(f"Connector {name} was deleted and is still stopping; try again shortly")
 
     def set_target(self, name: str, state: str) -> None:
-        with self._lock:
+        with self._mutate:
             c = self._get(name)
             if c.target == state:
                 return
-            if c.target == STOPPED:
-                c.starts += 1  # offsets may have changed while stopped: fresh task pairs
             self.stores.configs.put_target_state(name, state)
-            c.target = state
-            c.wake.set()
+            with self._lock:
+                if c.target == STOPPED:
+                    c.starts += 1  # offsets may have changed while stopped: fresh task pairs
+                c.target = state
+                c.wake.set()
+            self._relaunch_if_dead(c)
         log.info("connector %s: target state %s", name, state)
+
+    def _relaunch_if_dead(self, c: _Connector) -> None:
+        """A connector whose thread ended by a bug gets a new one (so restart, resume, update work)."""
+        if c.thread is not None and not c.thread.is_alive() and not c.removed and not self._stopping.is_set():
+            log.warning("connector %s: its thread had ended; starting a new one", c.name)
+            with self._lock:
+                self._launch(c)
 
     def restart(self, name: str, include_tasks: bool = False, only_failed: bool = False) -> dict[str, Any] | None:
         """Kafka Connect's restart (KIP-745); the status with RESTARTING instances, or None when only the
@@ -296,6 +334,7 @@ class Herder:
                     c.trace = None
             c.restart_tasks.update(tasks)
             c.wake.set()
+            self._relaunch_if_dead(c)
             if not include_tasks and not only_failed:
                 return None
             status = self.status(name)
@@ -340,7 +379,7 @@ class Herder:
             rt = c.runtime
             if rt is None:
                 return []
-            redact = Redactor(c.secret_values).redact
+            redact = self.redactor.redact
             out = []
             for t in rt.tasks:
                 flat = {**{f"source.{k}": v for k, v in t.source_config.items()},
@@ -396,7 +435,7 @@ class Herder:
                                 f"{c.name} is {c.state} (PUT /connectors/{c.name}/stop first)")
 
     def alter_offsets(self, name: str, body: Any) -> dict[str, str]:
-        with self._lock:
+        with self._mutate:
             c = self._get(name)
             self._require_stopped(c, "altered")
             changes = _offset_changes(body)
@@ -404,7 +443,7 @@ class Herder:
         return {"message": "The offsets for this connector have been altered successfully"}
 
     def reset_offsets(self, name: str) -> dict[str, str]:
-        with self._lock:
+        with self._mutate:
             c = self._get(name)
             self._require_stopped(c, "reset")
             self.stores.offsets.reset(name)
@@ -428,9 +467,16 @@ class Herder:
             return
         c.state, c.trace = state, trace
         if not c.removed:
-            self.stores.statuses.put(StoredStatus(c.name, None, state, self.worker_id, trace))
+            self._put_status(StoredStatus(c.name, None, state, self.worker_id, trace))
         if self.metrics is not None and not c.removed:
             self.metrics.connector_state(c.name, state)
+
+    def _put_status(self, status: StoredStatus) -> None:
+        """Statuses are for viewers: a store that cannot take one must not stop the connector."""
+        try:
+            self.stores.statuses.put(status)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("connector %s: status not stored: %s", status.connector, exc)
 
     def _start_runtime(self, c: _Connector) -> None:
         with self._lock:
@@ -439,7 +485,7 @@ class Herder:
         self.redactor.add(secrets)
         pipeline = parse_pipeline({"name": c.name, "config": resolved})
         self.redactor.add(pipeline.secret_values())
-        runtime = PipelineRuntime(pipeline, self.stores.offsets, f"{self.run_id}/{c.starts}")
+        runtime = PipelineRuntime(pipeline, self.stores.offsets, f"{self.run_id}/{c.incarnation}/{c.starts}")
         with self._lock:
             c.provided_keys, c.secret_values = provided, secrets
             c.runtime = runtime
@@ -463,38 +509,12 @@ class Herder:
         try:
             while not self._stopping.is_set() and not c.removed:
                 c.wake.clear()
-                if c.rebuild:
-                    with self._lock:
-                        c.rebuild = False
-                        c.starts += 1
-                    self._stop_runtime(c)
-                    self._set_state(c, RESTARTING)
-                if c.target == STOPPED:
-                    self._stop_runtime(c)
-                    self._set_state(c, STOPPED)
-                    c.wake.wait()
-                    continue
-                if c.runtime is None:
-                    try:
-                        self._start_runtime(c)
-                    except Exception as exc:  # noqa: BLE001 - a connector that cannot start is FAILED
-                        self._set_state(c, FAILED, self.redactor.redact("".join(traceback.format_exception(exc))))
-                        log.error("connector %s failed to start: %s", c.name, self.redactor.redact(str(exc)))
-                        c.wake.wait(30.0)  # until restarted or reconfigured (or try again later)
-                        if not c.wake.is_set():
-                            c.rebuild = True
-                        continue
-                self._apply_restarts(c)
-                if c.target == PAUSED:
-                    self._set_state(c, PAUSED)
-                    self._publish_tasks(c)
-                    c.wake.wait()
-                    continue
-                self._set_state(c, RUNNING)
-                self._turn(c)
-        except Exception:  # noqa: BLE001 - a bug here must not take the worker down
-            log.exception("connector %s: loop ended by an error", c.name)
-            self._set_state(c, FAILED, traceback.format_exc())
+                try:
+                    self._step(c)
+                except Exception as exc:  # noqa: BLE001 - a bug in one step must not end the connector
+                    log.exception("connector %s: error in its loop; trying again", c.name)
+                    self._set_state(c, FAILED, self.redactor.redact("".join(traceback.format_exception(exc))))
+                    c.wake.wait(5.0)
         finally:
             try:
                 self._stop_runtime(c)
@@ -505,6 +525,41 @@ class Herder:
                     del self._retiring[c.name]
             if c.removed and self.metrics is not None:
                 self.metrics.remove(c.name)  # an epoch that ended after the delete may have reported
+
+    def _step(self, c: _Connector) -> None:
+        """One turn of a connector's loop: apply what changed, then run an epoch or wait."""
+        if c.rebuild:
+            with self._lock:
+                c.rebuild = False
+                c.starts += 1
+            self._stop_runtime(c)
+            self._set_state(c, RESTARTING)
+        if c.target == STOPPED:
+            self._stop_runtime(c)
+            self._set_state(c, STOPPED)
+            c.wake.wait()
+            return
+        if c.runtime is None:
+            # Leaving STOPPED (or starting): not STOPPED any more, so offsets cannot be altered
+            # while the runtime reads them; the target is checked again before any epoch runs.
+            self._set_state(c, RESTARTING if c.state == STOPPED else c.state)
+            try:
+                self._start_runtime(c)
+            except Exception as exc:  # noqa: BLE001 - a connector that cannot start is FAILED
+                self._set_state(c, FAILED, self.redactor.redact("".join(traceback.format_exception(exc))))
+                log.error("connector %s failed to start: %s", c.name, self.redactor.redact(str(exc)))
+                c.wake.wait(30.0)  # until restarted or reconfigured (or try again later)
+                if not c.wake.is_set():
+                    c.rebuild = True
+            return
+        self._apply_restarts(c)
+        if c.target == PAUSED:
+            self._set_state(c, PAUSED)
+            self._publish_tasks(c)
+            c.wake.wait()
+            return
+        self._set_state(c, RUNNING)
+        self._turn(c)
 
     def _turn(self, c: _Connector) -> None:
         """One epoch of the connector (or a wait when no pair is due)."""
@@ -527,7 +582,7 @@ class Herder:
             key = (entry["state"], entry.get("trace"))
             if c.published.get(t.task) != key:
                 c.published[t.task] = key
-                self.stores.statuses.put(StoredStatus(c.name, t.task, entry["state"], self.worker_id, entry.get("trace")))
+                self._put_status(StoredStatus(c.name, t.task, entry["state"], self.worker_id, entry.get("trace")))
                 if self.metrics is not None:
                     self.metrics.task_state(c.name, t.task, entry["state"])
 
@@ -553,6 +608,8 @@ def _offset_changes(body: Any) -> dict[str, dict[str, Any] | None]:
     unknown = sorted(set(body) - {"offsets"})
     if unknown:
         raise BadRequest(f"$.{unknown[0]}: unknown field")
+    if not body["offsets"]:
+        raise BadRequest("$.offsets: must name at least one partition")
     changes: dict[str, dict[str, Any] | None] = {}
     for i, entry in enumerate(body["offsets"]):
         where = f"$.offsets[{i}]"

@@ -342,9 +342,11 @@ def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list
     unreachable = {} if unreachable is None else unreachable
     with _LOCK:
         by_driver: dict[ControlAddress, list[tuple[tuple[str, int], str]]] = {}
+        asked: dict[tuple[str, int], _Cached] = {}
         for key, cached in _RUNNERS.items():
             if cached.control is not None:
                 by_driver.setdefault(tuple(cached.control), []).append((key, cached.generation))
+                asked[key] = cached
     doomed: list[tuple[str, int]] = []
     for control, pairs in by_driver.items():
         try:
@@ -364,7 +366,8 @@ def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list
         lock = _pair_lock(key)
         if lock.acquire(blocking=False):
             try:
-                if key in _RUNNERS:
+                # Only the runner the driver was asked about: a newer one cached since is wanted.
+                if key in asked and _RUNNERS.get(key) is asked[key]:
                     log.info("stopping task pair %s-%s: its driver no longer runs it here", *key)
                     _evict(key)
                     stopped.append(key)

@@ -144,10 +144,14 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
 
     @app.middleware("http")
     async def authenticate(request: Request, call_next: Callable):
-        if auth.enabled and request.url.path not in ("/health",) and not auth.allows(request.headers.get("authorization")):
+        path = request.url.path
+        if auth.enabled and path != "/health" and not auth.allows(request.headers.get("authorization")):
             response = _error(401, "Authentication required: send Authorization: Bearer <token> or Basic credentials")
             response.headers["WWW-Authenticate"] = 'Bearer, Basic realm="connect"'
             return response
+        if not herder.started.is_set() and path not in ("/", "/health", "/openapi.json", "/docs"):
+            # Until the stored connectors are loaded, a request could create a second copy of one.
+            return _error(503, "The worker is still starting: its stored connectors are not loaded yet; retry shortly")
         return await call_next(request)
 
     @app.exception_handler(ConnectError)
@@ -197,6 +201,9 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         bad = [e for e in expand if e not in ("status", "info")]
         if bad:
             raise BadRequest(f"query parameter expand: must be status or info, not {bad[0]!r}")
+        return await call(_listing, expand)
+
+    def _listing(expand: list[str]):
         names = herder.connector_names()
         if not expand:
             return names
@@ -235,7 +242,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
 
     @app.get("/connectors/{name}")
     async def get_connector(name: str):
-        return herder.info(name)
+        return await call(herder.info, name)
 
     @app.delete("/connectors/{name}", status_code=204)
     async def delete_connector(name: str):
@@ -244,7 +251,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
 
     @app.get("/connectors/{name}/config")
     async def get_config(name: str):
-        return herder.info(name)["config"]
+        return (await call(herder.info, name))["config"]
 
     @app.put("/connectors/{name}/config", openapi_extra=_CONFIG)
     async def put_config(name: str, request: Request):
@@ -259,40 +266,41 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
 
     @app.get("/connectors/{name}/status")
     async def connector_status(name: str):
-        return herder.status(name)
+        return await call(herder.status, name)
 
     @app.get("/connectors/{name}/tasks")
     async def connector_tasks(name: str):
-        return herder.task_configs(name)
+        return await call(herder.task_configs, name)
 
     @app.get("/connectors/{name}/tasks/{task}/status")
     async def task_status(name: str, task: int):
-        return herder.task_status(name, task)
+        return await call(herder.task_status, name, task)
 
     @app.post("/connectors/{name}/tasks/{task}/restart", status_code=204)
     async def restart_task(name: str, task: int):
-        herder.restart_task(name, task)
+        await call(herder.restart_task, name, task)
         return Response(status_code=204)
 
     @app.post("/connectors/{name}/restart")
     async def restart_connector(name: str, request: Request):
         include_tasks = _bool_param(request, "includeTasks")
         only_failed = _bool_param(request, "onlyFailed")
-        status = herder.restart(name, include_tasks, only_failed)
+        status = await call(herder.restart, name, include_tasks, only_failed)
         if status is None:
             return Response(status_code=204)
         return JSONResponse(status, status_code=202)
 
-    def _target(state: str):
+    def _target(state: str, code: int):
         async def change(name: str):
             await call(herder.set_target, name, state)
-            return Response(status_code=202)
+            return Response(status_code=code)
 
         return change
 
-    app.put("/connectors/{name}/pause", status_code=202)(_target(PAUSED))
-    app.put("/connectors/{name}/resume", status_code=202)(_target("RUNNING"))
-    app.put("/connectors/{name}/stop", status_code=202)(_target(STOPPED))
+    # As Kafka Connect: pause and resume answer 202, stop 204.
+    app.put("/connectors/{name}/pause", status_code=202)(_target(PAUSED, 202))
+    app.put("/connectors/{name}/resume", status_code=202)(_target("RUNNING", 202))
+    app.put("/connectors/{name}/stop", status_code=204)(_target(STOPPED, 204))
 
     # -- offsets ----------------------------------------------------------------------------
     @app.get("/connectors/{name}/offsets")

@@ -107,6 +107,8 @@ def load_worker_config(path: str | Path | None, overrides: Mapping[str, Any] | N
     values = WORKER_CONFIG.parse(resolved, source=source) if not issues else {}
     if not issues and values["store"] == "kafka" and not values["store.kafka.bootstrap.servers"]:
         issues.append(ConfigIssue("store.kafka.bootstrap.servers", None, "required when store=kafka"))
+    if not issues and values["rest.auth.user"] and not values["rest.auth.password"]:
+        issues.append(ConfigIssue("rest.auth.password", None, "required with rest.auth.user (no empty passwords)"))
     if not issues and bool(values["rest.tls.certfile"]) != bool(values["rest.tls.keyfile"]):
         issues.append(ConfigIssue("rest.tls.keyfile", None, "rest.tls.certfile and rest.tls.keyfile go together"))
     if issues:
@@ -179,7 +181,8 @@ class Worker:
         if c.get("rest.tls.certfile"):
             tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
                    "ssl_keyfile_password": c.get("rest.tls.keyfile.password") or None}
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", **tls)
+        # log_config=None: uvicorn's loggers propagate to the root handlers, which mask secrets.
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", log_config=None, **tls)
         self.server = uvicorn.Server(config)
         self.server.install_signal_handlers = lambda: None  # the CLI owns the signals
         threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="rest", daemon=True).start()

@@ -132,7 +132,7 @@ def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka
     wait_for(lambda: copy.count() >= 3000, 90, "3000 records after resume")
 
     # stop: tasks shut down; offsets readable, alterable and resettable
-    assert c.put(f"/connectors/{name}/stop").status_code == 202
+    assert c.put(f"/connectors/{name}/stop").status_code == 204
     wait_for(lambda: state_of(c, name) == "STOPPED", what="STOPPED")
     assert c.get(f"/connectors/{name}/status").json()["tasks"] == []
     offsets = c.get(f"/connectors/{name}/offsets").json()["offsets"]
@@ -145,6 +145,8 @@ def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka
     assert r.status_code == 400 and "$.offsets[0].offset" in r.json()["message"]
     r = c.patch(f"/connectors/{name}/offsets", json={"offsets": [{"offset": {"offset": 1}}]})
     assert r.status_code == 400 and "$.offsets[0].partition" in r.json()["message"]
+    r = c.patch(f"/connectors/{name}/offsets", json={"offsets": []})
+    assert r.status_code == 400 and "$.offsets" in r.json()["message"]
     moved = {o["partition"]["partition"]: o["offset"]["offset"] for o in c.get(f"/connectors/{name}/offsets").json()["offsets"]}
     assert moved[0] == 99
     before = copy.count(1)
@@ -167,7 +169,7 @@ def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka
     assert r.status_code == 200 and "epoch.max.ms" not in r.json()["config"]
 
     # stop, reset offsets, delete: offsets survive a delete only until reset
-    assert c.put(f"/connectors/{name}/stop").status_code == 202
+    assert c.put(f"/connectors/{name}/stop").status_code == 204
     wait_for(lambda: state_of(c, name) == "STOPPED", what="STOPPED again")
     r = c.delete(f"/connectors/{name}/offsets")
     assert r.status_code == 200 and "reset" in r.json()["message"]

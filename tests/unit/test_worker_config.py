@@ -46,6 +46,8 @@ def test_every_bad_key_is_named_and_secrets_never_shown(tmp_path):
 def test_kafka_store_needs_bootstrap_and_tls_needs_both_files(tmp_path):
     with pytest.raises(ConfigError, match="store.kafka.bootstrap.servers"):
         load_worker_config(write(tmp_path, {"store": "kafka"}))
+    with pytest.raises(ConfigError, match="rest.auth.password"):
+        load_worker_config(write(tmp_path, {"rest.auth.user": "admin"}))
     with pytest.raises(ConfigError, match="rest.tls.keyfile"):
         load_worker_config(write(tmp_path, {"rest.tls.certfile": "/c.pem"}))
 
