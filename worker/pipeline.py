@@ -127,6 +127,7 @@ class PipelineConfig:
     sink_config: dict[str, str]
     dlq_overrides: dict[str, str]
     raw: dict[str, str]
+    provided_values: frozenset[str] = frozenset()  # values that came from config providers (masked too)
 
     def config_hash(self) -> str:
         return hashlib.sha256(orjson.dumps(self.raw, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
@@ -138,7 +139,7 @@ class PipelineConfig:
 
     def secret_values(self) -> set[str]:
         """The non-empty values of :meth:`secret_keys`, e.g. for a :class:`~connect.secrets.Redactor`."""
-        return {self.raw[k] for k in self.secret_keys() if self.raw[k]}
+        return {self.raw[k] for k in self.secret_keys() if self.raw[k]} | set(self.provided_values)
 
 
 def _secret_keys(flat: Mapping[str, str], classes: Mapping[str, type | None]) -> set[str]:
@@ -298,8 +299,15 @@ def load_pipeline_file(path: str | Path) -> PipelineConfig:
         document = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc}", source=str(path)) from None
-    try:
-        document = resolve_env_references(document)
-    except ConfigError as exc:
-        raise ConfigError(exc.issues, source=str(path)) from None
-    return parse_pipeline(document, source=str(path))
+    provided: frozenset[str] = frozenset()
+    if isinstance(document, dict) and isinstance(document.get("config"), dict):
+        # The default providers (env, file), as the worker service resolves them; other values kept.
+        from connect.providers import ConfigProviders
+
+        with ConfigProviders.from_worker_config({}) as providers:
+            resolved = providers.resolve(
+                {k: v for k, v in document["config"].items() if isinstance(v, str)}, source=str(path))
+        document = {**document, "config": {**document["config"], **resolved.config}}
+        provided = frozenset(resolved.secret_values)
+    pipeline = parse_pipeline(document, source=str(path))
+    return attrs.evolve(pipeline, provided_values=provided) if provided else pipeline

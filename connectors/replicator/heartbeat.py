@@ -114,7 +114,7 @@ class HeartbeatSinkTask(SinkTask):
                 continue  # not a heartbeat (another writer shares the topic): nothing to measure
             link = self.links.setdefault(alias, {"ts": 0.0, "latency_ms": 0.0, "count": 0, "hops": 0})
             link["count"] += 1
-            if ts >= link["ts"]:
+            if ts > link["ts"]:  # a copy of a heartbeat seen already (a slower path) measures nothing new
                 link["ts"] = ts
                 link["latency_ms"] = max(arrived - ts, 0.0)
                 link["hops"] = len(chain_of(r.headers, self.prop))

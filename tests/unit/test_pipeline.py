@@ -450,3 +450,20 @@ def test_bad_topic_template_rejected_naming_the_placeholder(template):
     [issue] = issues(doc(**{"sink.topic.template": template}))
     assert issue.key == "sink.topic.template"
     assert issue.message.startswith("may only use the placeholder {topic}")
+
+
+def test_connector_files_resolve_file_references_and_their_values_count_as_secrets(tmp_path):
+    secrets = tmp_path / "s.properties"
+    secrets.write_text("bootstrap=10.0.0.7:9092\n")
+    path = tmp_path / "c.json"
+    path.write_bytes(orjson.dumps({"name": "f", "config": {
+        "source.connector.class": "memory-source", "sink.connector.class": "memory-sink",
+        "sink.name": f"${{file:{secrets}:bootstrap}}"}}))
+    pipeline = load_pipeline_file(path)
+    assert pipeline.sink_config["name"] == "10.0.0.7:9092"
+    assert "10.0.0.7:9092" in pipeline.secret_values()  # masked in `connect run`'s logs and errors
+    path.write_bytes(orjson.dumps({"name": "f", "config": {
+        "source.connector.class": "memory-source", "sink.connector.class": "memory-sink",
+        "sink.name": f"${{file:{secrets}:missing}}"}}))
+    with pytest.raises(ConfigError, match='sink.name'):
+        load_pipeline_file(path)
