@@ -93,11 +93,10 @@ class _Connector:
         self.removed = False
         self.rebuild = False  # config changed or connector restart asked: new runtime at the next turn
         self.restart_tasks: set[int] = set()
-        self.restart_all_tasks = False
         self.published: dict[int, tuple] = {}  # task -> (state, trace) last written to the status store
 
     def change_pending(self) -> bool:
-        return self.removed or self.rebuild or self.target != RUNNING or bool(self.restart_tasks) or self.restart_all_tasks
+        return self.removed or self.rebuild or self.target != RUNNING or bool(self.restart_tasks)
 
 
 class Herder:
@@ -418,10 +417,6 @@ class Herder:
             if t["id"] == task:
                 return t
         raise ConnectorNotFound(f"Task {name}-{task} not found")
-
-    def target_state(self, name: str) -> str:
-        with self._lock:
-            return self._get(name).target
 
     # -- offsets ---------------------------------------------------------------------------------
     def offsets(self, name: str) -> dict[str, Any]:

@@ -161,6 +161,20 @@ class _TaskSeries:
             self.buckets[-1] += 1
         self.duration_sum += seconds
 
+    def observe_latency(self, totals: list | None, kind: str, stats: Mapping[str, Any], samples: int) -> None:
+        """Add an epoch's ``<kind>`` latency (``latency`` or ``ack``) to ``totals`` [seconds, samples]
+        and set its avg/max gauges (dropped when the epoch timed none)."""
+        prefix = "latency" if kind == "latency" else "ack_latency"
+        if totals is None or not samples:
+            self.set_gauge(f"{kind}_avg", None)
+            self.set_gauge(f"{kind}_max", None)
+            return
+        total_s = _delta(stats.get(f"{prefix}_ms_sum")) / 1000.0
+        totals[0] += total_s
+        totals[1] += samples
+        self.set_gauge(f"{kind}_avg", total_s / samples)
+        self.set_gauge(f"{kind}_max", _delta(stats.get(f"{prefix}_ms_max")) / 1000.0)
+
     def set_gauge(self, key: str, value: Any) -> None:
         number = _number(value)
         if number is None:
@@ -224,26 +238,10 @@ class ConnectMetrics:
             series.set_gauge("lag", result.lag)
             series.set_gauge("gap", result.gap_s)
             series.set_gauge("ended_at", result.ended_at)
-            if latency_samples:
-                total_s = _delta(stats.get("latency_ms_sum")) / 1000.0
-                series.latency[0] += total_s
-                series.latency[1] += latency_samples
-                series.set_gauge("latency_avg", total_s / latency_samples)
-                series.set_gauge("latency_max", _delta(stats.get("latency_ms_max")) / 1000.0)
-            else:
-                series.set_gauge("latency_avg", None)
-                series.set_gauge("latency_max", None)
+            series.observe_latency(series.latency, "latency", stats, latency_samples)
             if has_ack_latency and series.ack_latency is None:
                 series.ack_latency = [0.0, 0]
-            if has_ack_latency and ack_samples:
-                total_s = _delta(stats.get("ack_latency_ms_sum")) / 1000.0
-                series.ack_latency[0] += total_s
-                series.ack_latency[1] += ack_samples
-                series.set_gauge("ack_avg", total_s / ack_samples)
-                series.set_gauge("ack_max", _delta(stats.get("ack_latency_ms_max")) / 1000.0)
-            else:
-                series.set_gauge("ack_avg", None)
-                series.set_gauge("ack_max", None)
+            series.observe_latency(series.ack_latency, "ack", stats, ack_samples if has_ack_latency else 0)
 
     def task_state(self, connector: str, task: int, state: str) -> None:
         """Set a task pair's state (one of :data:`STATES`; ValueError otherwise)."""

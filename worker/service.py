@@ -22,7 +22,7 @@ import orjson
 
 from connect.config import ConfigDef, Importance, Type, in_range, one_of
 from connect.errors import ConfigError, ConfigIssue
-from connect.secrets import Redactor, install_log_redaction
+from connect.secrets import install_log_redaction
 
 __all__ = ["WORKER_CONFIG", "WorkerConfig", "load_worker_config", "Worker"]
 
@@ -230,6 +230,3 @@ def serve(config: WorkerConfig) -> int:
         worker.close()
     return 0
 
-
-def redactor_for(config: WorkerConfig) -> Redactor:
-    return Redactor(v for k, v in config.raw.items() if v and WORKER_CONFIG.is_secret(k))
