@@ -121,6 +121,12 @@ class PipelineRuntime:
             return None
         return {**sink_config, **self.pipeline.dlq_overrides, "topic": topic, "topic.template": "{topic}"}
 
+    def offset_syncs_config(self, sink_config: dict[str, Any]) -> dict[str, Any] | None:
+        topic = self.settings.runner.offset_syncs_topic
+        if not topic:
+            return None
+        return {**sink_config, "topic": topic, "topic.template": "{topic}"}
+
     def _due(self, task: TaskState, now: float) -> bool:
         if task.state == RUNNING:
             return True
@@ -144,7 +150,8 @@ class PipelineRuntime:
             tokens[t.task] = token = uuid.uuid4().hex
             specs.append(TaskPairSpec(self.name, t.task, epoch, t.prev_epoch, self.generation, source_task,
                                       t.source_config, sink_task, t.sink_config, self.dlq_config(t.sink_config),
-                                      self.settings.runner, token))
+                                      self.settings.runner, token,
+                                      offset_syncs_config=self.offset_syncs_config(t.sink_config)))
         return specs, tokens
 
     def next_restart_in(self) -> float | None:

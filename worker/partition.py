@@ -75,6 +75,7 @@ class TaskPairSpec:
     policy: RunnerPolicy
     token: str = ""  # fencing token: the driver accepts this attempt's result only
     offsets: dict[str, dict[str, Any]] | None = None  # fixed offsets (tests); None: ask the driver
+    offset_syncs_config: dict[str, Any] | None = None  # the sink's config writing offset syncs
 
 
 @attrs.frozen
@@ -145,14 +146,15 @@ def _offset_lookup(spec: TaskPairSpec, control: ControlAddress | None):
     return lambda keys: client.request("offsets", connector=spec.connector, keys=keys)
 
 
-def _dlq_factory(spec: TaskPairSpec):
-    if spec.dlq_config is None:
+def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str):
+    """Builds another instance of the pair's sink task (dead-letter or offset-syncs writer)."""
+    if config is None:
         return None
 
     def build() -> SinkTask:
         task = spec.sink_task_class()
-        task.context = SinkTaskContext(f"{spec.connector}-{spec.task}-dlq", spec.dlq_config)
-        task.start(spec.dlq_config, task.context)
+        task.context = SinkTaskContext(f"{spec.connector}-{spec.task}-{role}", config)
+        task.start(config, task.context)
         return task
 
     return build
@@ -162,7 +164,9 @@ def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner
     return TaskPairRunner(
         connector=spec.connector, task_id=spec.task, source=spec.source_task_class(), sink=spec.sink_task_class(),
         source_config=spec.source_config, sink_config=spec.sink_config, policy=spec.policy,
-        offsets=spec.offsets, offset_lookup=_offset_lookup(spec, control), dlq_factory=_dlq_factory(spec),
+        offsets=spec.offsets, offset_lookup=_offset_lookup(spec, control),
+        dlq_factory=_writer_factory(spec, spec.dlq_config, "dlq"),
+        offset_syncs_factory=_writer_factory(spec, spec.offset_syncs_config, "offset-syncs"),
         stop_requested=_stop_flag(control, spec.connector))
 
 

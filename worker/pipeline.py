@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
-from connect.config import ConfigDef, Importance, Type, in_range, non_empty, one_of
+from connect.config import ConfigDef, Importance, Type, at_least, in_range, non_empty, one_of
 from connect.connector import SinkConnector, SourceConnector
 from connect.converters import CONVERTERS
 from connect.errors import ConfigError, ConfigIssue, PluginError
@@ -93,6 +93,11 @@ PIPELINE_CONFIG = (
             "Target topic names: identity (same name) or prefix ({source alias}{separator}{topic}, MM2's default).",
             validator=one_of("identity", "prefix"))
     .define("replication.policy.separator", Type.STRING, ".", "Separator of the prefix policy.", validator=non_empty)
+    .define("offset.syncs.topic", Type.STRING, "",
+            "Topic in the target cluster that receives offset syncs (where replicated records landed, for the "
+            "checkpoint connector's offset translation); written with the sink's connector. Empty: none.")
+    .define("offset.syncs.interval.ms", Type.INT, 1_000,
+            "Most often an offset sync is written per source partition and target partition.", validator=at_least(10))
 )
 
 SIDE_CONFIG = (

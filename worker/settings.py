@@ -60,6 +60,8 @@ class FrameworkSettings:
                 max_hops=values["replication.max.hops"],
                 topic_policy=values["replication.policy"],
                 policy_separator=values["replication.policy.separator"],
+                offset_syncs_topic=values["offset.syncs.topic"],
+                offset_syncs_interval_ms=values["offset.syncs.interval.ms"],
             ),
             restart=RestartPolicy(values["errors.restart.backoff.ms"], values["errors.restart.backoff.max.ms"]),
             dlq_topic=values["errors.deadletterqueue.topic.name"],

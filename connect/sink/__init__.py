@@ -143,6 +143,10 @@ class SinkTaskContext:
         self.configs = dict(configs)
         self.errant_record_reporter = reporter or ErrantRecordReporter()
         self.deadline = float("inf")  # time.monotonic() value; the runner moves it each epoch
+        # Set by the runner when the flow writes offset syncs (``connect.tasks.offsetsync.AckedPositions``):
+        # the sink then calls ``positions.ack(record, target topic, partition label, position)`` for
+        # every record the destination acknowledged.
+        self.positions = None
 
     def time_left(self) -> float:
         """Seconds the current call may still block (0 when the deadline has passed)."""

@@ -35,6 +35,9 @@ class RunnerPolicy:
     max_hops: int = 0  # 0: no limit (the chain alone stops loops)
     topic_policy: str = "identity"  # or "prefix"
     policy_separator: str = "."
+    # Offset syncs (``connect.tasks.offsetsync``): where acknowledged records landed, for checkpoints.
+    offset_syncs_topic: str = ""  # empty: none written
+    offset_syncs_interval_ms: int = 1_000
 
     @property
     def retries_forever(self) -> bool:

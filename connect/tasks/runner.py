@@ -48,6 +48,7 @@ from connect.records import ConnectRecord, make_record, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.failures import FailedRecordHandler
+from connect.tasks.offsetsync import AckedPositions, OffsetSyncEmitter
 from connect.tasks.origin import OriginChain
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
@@ -122,6 +123,7 @@ class TaskPairRunner:
                  offsets: Mapping[str, Mapping[str, Any]] | None = None,
                  offset_lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
                  dlq_factory: Callable[[], SinkTask] | None = None,
+                 offset_syncs_factory: Callable[[], SinkTask] | None = None,
                  stop_requested: Callable[[], bool] = lambda: False):
         self.connector = connector
         self.task_id = task_id
@@ -167,6 +169,13 @@ class TaskPairRunner:
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
+        self._syncs: OffsetSyncEmitter | None = None
+        if policy.offset_syncs_topic and offset_syncs_factory is not None:
+            self.sink.context.positions = AckedPositions()
+            self._syncs = OffsetSyncEmitter(
+                self.sink.context.positions, offset_syncs_factory, topic=policy.offset_syncs_topic,
+                source_alias=policy.source_alias, target_alias=policy.target_alias,
+                interval_ms=policy.offset_syncs_interval_ms, name=self.name)
         self.source.start(source_config, self.source.context)
         try:
             self.sink.start(sink_config, self.sink.context)
@@ -249,7 +258,8 @@ class TaskPairRunner:
             pass
         partition_lag = self._partition_lag()
         try:
-            reported = {**self.source.metrics(), **self.sink.metrics()} or None
+            reported = {**self.source.metrics(), **self.sink.metrics(),
+                        **(self._syncs.metrics() if self._syncs is not None else {})} or None
         except Exception as exc:  # noqa: BLE001 - so are the tasks' own gauges
             log.warning("[%s] task metrics: %s", self.name, exc)
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
@@ -527,6 +537,8 @@ class TaskPairRunner:
             committed[key] = dict(ready.pop(key))
         if self._held:
             self._commit_records(blocked)
+        if self._syncs is not None:
+            self._syncs.emit()
         gc.collect(1)
         if unresolved:
             record, error = unresolved[0]
@@ -577,7 +589,8 @@ class TaskPairRunner:
     def stop(self) -> None:
         errors = []
         self._set_deadline(time.monotonic() + 1.0)  # a stopping sink may flush a little, not wait long
-        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, self.source.stop):
+        syncs = self._syncs.close if self._syncs is not None else (lambda: None)
+        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, syncs, self.source.stop):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - stop everything, report the first failure

@@ -142,12 +142,15 @@ class KafkaSinkTask(SinkTask):
         self._topics = TargetTopics(self._admin, cfg, context.time_left)
         self._targets: dict[str, tuple[str, int]] = {}  # source topic -> (target topic, partitions)
         self._warned_small: set[str] = set()
+        self._positions = context.positions
 
     def _on_delivery(self, record: ConnectRecord, gen: Outstanding, err: KafkaError | None, msg) -> None:
         """Bound to its record and checkpoint by ``partial`` at produce time; librdkafka calls it
         once per record. A failure is reported before its checkpoint counts it."""
         if err is not None:
             self._report_delivery(record, err, msg)
+        elif self._positions is not None:  # offset syncs: where it landed
+            self._positions.ack(record, msg.topic(), msg.partition(), msg.offset())
         gen.left -= 1
 
     def _report_delivery(self, record: ConnectRecord, err: KafkaError, msg) -> None:

@@ -41,7 +41,7 @@ from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import message_fields
 from connectors.pulsar.schemas import SchemaIncompatibleError, producer_schema
-from connectors.pulsar.source import full_topic_name, partition_topic
+from connectors.pulsar.source import full_topic_name, partition_topic, split_partition
 
 __all__ = ["PulsarSinkConnector", "PulsarSinkTask", "DeliveryError"]
 
@@ -221,8 +221,8 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                             "(set the sink's value.converter)"))
                         continue
 
-                def done(res, _mid, r=r, gen=gen):
-                    outcomes.append((r, gen, res))
+                def done(res, mid, r=r, gen=gen, topic=topic):
+                    outcomes.append((r, gen, res, mid, topic))
                     arrived.set()
 
                 try:
@@ -264,14 +264,24 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         outcomes = self._outcomes
         ok, permanent = self._ok, self._permanent
         served = 0
+        positions = self.context.positions
         while outcomes:
-            r, gen, res = outcomes.popleft()
+            r, gen, res, mid, topic = outcomes.popleft()
             if res != ok:
                 self._report(r, res, permanent)
+            elif positions is not None:  # offset syncs: where it landed
+                self._ack_position(positions, r, mid, topic)
             gen.left -= 1
             served += 1
         self._pending -= served
         return served
+
+    @staticmethod
+    def _ack_position(positions, r: ConnectRecord, mid, topic: str) -> None:
+        base, part = split_partition(topic)
+        if mid.partition() >= 0:
+            part = mid.partition()
+        positions.ack(r, base, part, (mid.ledger_id(), mid.entry_id(), mid.batch_index()))
 
     def _report(self, r: ConnectRecord, res, permanent) -> None:
         if res in permanent:

@@ -72,7 +72,7 @@ __all__ = [
     "RemotingTimeoutError", "ConnectionLostError", "BrokerError", "RetriableBrokerError", "TopicNotFoundError",
     "MessageQueue", "QueueData", "BrokerData", "TopicRouteData", "SendResult", "PullResult", "OffsetWrapper",
     "ConsumeStats", "TopicConfig", "ConsumerData", "parse_fastjson", "parse_topic_route", "parse_consume_stats",
-    "parse_topic_configs", "PERM_READ", "PERM_WRITE", "PERM_INHERIT",
+    "parse_topic_configs", "parse_cluster_info", "PERM_READ", "PERM_WRITE", "PERM_INHERIT",
 ]
 
 log = logging.getLogger(__name__)
@@ -778,6 +778,18 @@ def _list(doc: Mapping, key: str, where: str) -> list:
     return v
 
 
+def _broker_data(doc: Any, where: str) -> BrokerData:
+    """A ``BrokerData`` object (``brokerAddrs`` keys may be bare numbers: fastjson)."""
+    doc = _obj(doc, where)
+    addrs = {}
+    for k, v in _obj(doc.get("brokerAddrs") or {}, f"{where}.brokerAddrs").items():
+        try:
+            addrs[int(k)] = str(v)
+        except (TypeError, ValueError):
+            raise ProtocolError(f"{where}.brokerAddrs: broker id {k!r} is not a number") from None
+    return BrokerData(str(doc.get("cluster") or ""), str(doc.get("brokerName") or ""), addrs)
+
+
 def parse_topic_route(body: bytes | str, topic: str = "") -> TopicRouteData:
     """A ``TopicRouteData`` JSON body, standard or fastjson (``brokerAddrs`` keys bare numbers)."""
     doc = _obj(parse_fastjson(body), "route body")
@@ -788,17 +800,8 @@ def parse_topic_route(body: bytes | str, topic: str = "") -> TopicRouteData:
         queues.append(QueueData(str(q.get("brokerName") or ""), _int_field(q, "readQueueNums", where, 0),
                                 _int_field(q, "writeQueueNums", where, 0), _int_field(q, "perm", where, 0),
                                 _int_field(q, "topicSysFlag", where, 0)))
-    brokers = []
-    for i, b in enumerate(_list(doc, "brokerDatas", "route body")):
-        where = f"route body: brokerDatas[{i}]"
-        b = _obj(b, where)
-        addrs = {}
-        for k, v in _obj(b.get("brokerAddrs") or {}, f"{where}.brokerAddrs").items():
-            try:
-                addrs[int(k)] = str(v)
-            except (TypeError, ValueError):
-                raise ProtocolError(f"{where}.brokerAddrs: broker id {k!r} is not a number") from None
-        brokers.append(BrokerData(str(b.get("cluster") or ""), str(b.get("brokerName") or ""), addrs))
+    brokers = [_broker_data(b, f"route body: brokerDatas[{i}]")
+               for i, b in enumerate(_list(doc, "brokerDatas", "route body"))]
     filters = doc.get("filterServerTable") or {}
     return TopicRouteData(topic, queues, brokers, doc.get("orderTopicConf") or None,
                           {str(k): list(v or []) for k, v in _obj(filters, "route body: filterServerTable").items()})
@@ -820,6 +823,13 @@ def _message_queue(key: Any, where: str) -> MessageQueue:
     doc = _obj(doc, f"{where} key")
     return MessageQueue(str(doc.get("topic") or ""), str(doc.get("brokerName") or ""),
                         _int_field(doc, "queueId", f"{where} key"))
+
+
+def parse_cluster_info(body: bytes | str) -> dict[str, BrokerData]:
+    """A ``ClusterInfo`` body (GET_BROKER_CLUSTER_INFO): its ``brokerAddrTable``, broker name -> BrokerData."""
+    doc = _obj(parse_fastjson(body), "ClusterInfo body")
+    table = _obj(doc.get("brokerAddrTable") or {}, "ClusterInfo body: brokerAddrTable")
+    return {str(name): _broker_data(b, f"brokerAddrTable[{name!r}]") for name, b in table.items()}
 
 
 def parse_consume_stats(body: bytes | str) -> ConsumeStats:
@@ -955,6 +965,17 @@ class RocketMQClient:
         except ProtocolError as exc:
             raise ConnectError(f"topic list on {addr}: {exc}") from None
 
+    async def cluster_info(self, *, timeout: float | None = None) -> dict[str, BrokerData]:
+        """GET_BROKER_CLUSTER_INFO (no header; body ``ClusterInfo``): broker name -> its addresses
+        (the ``brokerAddrTable``)."""
+        addr, response = await self.invoke_namesrv(self._request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise _broker_error("cluster info", addr, response)
+        try:
+            return parse_cluster_info(response.body or b"{}")
+        except ProtocolError as exc:
+            raise ConnectError(f"cluster info on {addr}: {exc}") from None
+
     # -- broker: produce --------------------------------------------------------------------------
     async def send(self, broker_addr: str, topic: str, queue_id: int, body: bytes,
                    properties: Mapping[str, str] | None = None, *, producer_group: str = "DEFAULT_PRODUCER",
@@ -1054,12 +1075,16 @@ class RocketMQClient:
                           int(response.ext_fields.get("suggestWhichBrokerId") or 0), messages)
 
     async def query_consumer_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, *,
-                                    broker_name: str | None = None, timeout: float | None = None) -> int | None:
+                                    broker_name: str | None = None, set_zero_if_not_found: bool | None = None,
+                                    timeout: float | None = None) -> int | None:
         """QUERY_CONSUMER_OFFSET (``QueryConsumerOffsetRequestHeader``: consumerGroup, topic,
-        queueId; response ``QueryConsumerOffsetResponseHeader``: offset). None when the broker has
-        no offset for the group (QUERY_NOT_FOUND)."""
+        queueId, 5.x setZeroIfNotFound; response ``QueryConsumerOffsetResponseHeader``: offset).
+        None when the broker has no offset for the group (QUERY_NOT_FOUND). A broker answers 0
+        instead while the queue still holds its first message, unless ``set_zero_if_not_found``
+        is False (5.x brokers; 4.x ignores the field)."""
         operation = f"offset query of group {group!r} on {topic}[{queue_id}]"
-        fields = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "bname": broker_name}
+        fields = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "bname": broker_name,
+                  "setZeroIfNotFound": set_zero_if_not_found}
         response = await self.invoke(broker_addr, self._request(RequestCode.QUERY_CONSUMER_OFFSET, fields), timeout)
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
@@ -1144,6 +1169,37 @@ class RocketMQClient:
         except ProtocolError as exc:
             raise ConnectError(f"{operation} on {broker_addr}: {exc}") from None
 
+    async def subscription_groups(self, broker_addr: str, *, timeout: float | None = None) -> list[str]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (no header; body ``SubscriptionGroupWrapper``): the
+        sorted names of the broker's subscription groups (its ``subscriptionGroupTable``)."""
+        response = await self.invoke(broker_addr, self._request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise _broker_error("subscription group listing", broker_addr, response)
+        try:
+            doc = _obj(parse_fastjson(response.body or b"{}"), "SubscriptionGroupWrapper body")
+            table = _obj(doc.get("subscriptionGroupTable") or {}, "SubscriptionGroupWrapper body: subscriptionGroupTable")
+        except ProtocolError as exc:
+            raise ConnectError(f"subscription group listing on {broker_addr}: {exc}") from None
+        return sorted(str(name) for name in table)
+
+    async def consumer_ids(self, broker_addr: str, group: str, *, timeout: float | None = None) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP (``GetConsumerListByGroupRequestHeader``: consumerGroup; body
+        ``GetConsumerListByGroupResponseBody``: consumerIdList): the client ids of the group's
+        consumers connected to this broker. [] when there are none: the broker answers SYSTEM_ERROR
+        "no consumer for this group" then (``ConsumerManageProcessor.getConsumerListByGroup``)."""
+        operation = f"consumer list of group {group!r}"
+        response = await self.invoke(broker_addr, self._request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                                                {"consumerGroup": group}), timeout)
+        if response.code == ResponseCode.SYSTEM_ERROR and (response.remark or "").startswith("no consumer"):
+            return []
+        if response.code != ResponseCode.SUCCESS:
+            raise _broker_error(operation, broker_addr, response)
+        try:
+            doc = _obj(parse_fastjson(response.body or b"{}"), "GetConsumerListByGroupResponseBody")
+            return [str(c) for c in _list(doc, "consumerIdList", "GetConsumerListByGroupResponseBody")]
+        except ProtocolError as exc:
+            raise ConnectError(f"{operation} on {broker_addr}: {exc}") from None
+
     async def heartbeat(self, broker_addr: str, client_id: str, producer_groups: Iterable[str] = (),
                         consumer_groups: Iterable[str | ConsumerData] = (), *, timeout: float | None = None) -> int:
         """HEART_BEAT (no header; body ``HeartbeatData``: clientID, producerDataSet [ProducerData
@@ -1215,6 +1271,9 @@ class SyncRocketMQClient:
     def topic_list(self, *args: Any, **kwargs: Any) -> list[str]:
         return self._call(self.client.topic_list(*args, **kwargs))
 
+    def cluster_info(self, *args: Any, **kwargs: Any) -> dict[str, BrokerData]:
+        return self._call(self.client.cluster_info(*args, **kwargs))
+
     def pull(self, *args: Any, **kwargs: Any) -> PullResult:
         return self._call(self.client.pull(*args, **kwargs))
 
@@ -1241,6 +1300,12 @@ class SyncRocketMQClient:
 
     def consume_stats(self, *args: Any, **kwargs: Any) -> ConsumeStats:
         return self._call(self.client.consume_stats(*args, **kwargs))
+
+    def subscription_groups(self, *args: Any, **kwargs: Any) -> list[str]:
+        return self._call(self.client.subscription_groups(*args, **kwargs))
+
+    def consumer_ids(self, *args: Any, **kwargs: Any) -> list[str]:
+        return self._call(self.client.consumer_ids(*args, **kwargs))
 
     def heartbeat(self, *args: Any, **kwargs: Any) -> int:
         return self._call(self.client.heartbeat(*args, **kwargs))

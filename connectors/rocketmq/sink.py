@@ -271,6 +271,12 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                     self._report_transient(records, RetriableError(
                         f"{n} record(s) stored by {target.addrs[index]} without the requested flush "
                         f"({result.status}): sent again"))
+                elif self.context.positions is not None:  # offset syncs: where they landed
+                    q = target.queues[index]
+                    label = (q.broker_name, q.queue_id)
+                    ack = self.context.positions.ack
+                    for i, r in enumerate(records):  # a batch takes consecutive queue offsets
+                        ack(r, target.topic, label, result.queue_offset + i)
                 continue
             if isinstance(exc, RetriableError):
                 self._report_transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))

@@ -1,0 +1,92 @@
+"""Kafka consumer groups for the checkpoint connector (see ``connectors.replicator.groups``).
+
+Committed offsets are read with the admin API (OffsetFetch: no group membership needed, so an
+active group is read as it runs) and written with AlterConsumerGroupOffsets, which the broker only
+accepts for a group without members - MirrorMaker 2's rule for ``sync.group.offsets`` too.
+A position is the next offset the group consumes; a record's order key is its offset.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+from connect.errors import RetriableError
+from connect.records import partition_key
+from connectors.kafka.clients import POOL, client_config
+from connectors.replicator.groups import GroupPositions, TargetPartition
+
+__all__ = ["KafkaGroups"]
+
+log = logging.getLogger(__name__)
+
+_INACTIVE = {ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD}
+
+
+class KafkaGroups(GroupPositions):
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self._timeout = int(config.get("request.timeout.ms", 10_000)) / 1000
+        self._conf = client_config(config, "admin")
+        self._owner = f"groups-{id(self)}"
+        self._admin = POOL.acquire("admin", self._owner, self._conf)
+
+    def _result(self, what: str, futures: Mapping[Any, Any]) -> list:
+        try:
+            return [f.result(timeout=self._timeout) for f in futures.values()]
+        except KafkaException as exc:
+            raise RetriableError(f"{what}: {exc.args[0].str() if exc.args else exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - timeouts of concurrent futures
+            raise RetriableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    def list_groups(self) -> list[str] | None:
+        try:
+            listed = self._admin.list_consumer_groups(request_timeout=self._timeout).result(timeout=self._timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise RetriableError(f"cannot list consumer groups at {self._conf['bootstrap.servers']}: {exc}") from exc
+        return sorted(g.group_id for g in listed.valid)
+
+    def _committed(self, group: str) -> list[TopicPartition]:
+        [answer] = self._result(f"committed offsets of group {group}", self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=self._timeout))
+        return [tp for tp in answer.topic_partitions or () if tp.offset >= 0 and tp.error is None]
+
+    def positions(self, group: str, topics: Sequence[str]) -> dict[str, tuple[dict, Any]] | None:
+        wanted = set(topics)
+        out: dict[str, tuple[dict, Any]] = {}
+        for tp in self._committed(group):
+            if tp.topic in wanted:
+                sp = {"topic": tp.topic, "partition": tp.partition}
+                out[partition_key(sp)] = (sp, tp.offset)
+        return out
+
+    @staticmethod
+    def order_key(offset: Mapping[str, Any]) -> Any:
+        return int(offset["offset"])
+
+    def active(self, group: str) -> bool:
+        [description] = self._result(f"state of group {group}", self._admin.describe_consumer_groups(
+            [group], request_timeout=self._timeout))
+        return description.state not in _INACTIVE
+
+    def apply(self, group: str, targets: Mapping[TargetPartition, tuple[Any, bool]]) -> list[TargetPartition]:
+        if not targets or self.active(group):
+            return []
+        current = {(tp.topic, tp.partition): tp.offset for tp in self._committed(group)}
+        moves = []
+        for (topic, part), (position, inclusive) in targets.items():
+            new = int(position) + (0 if inclusive else 1)
+            if current.get((topic, int(part)), -1) < new:
+                moves.append(TopicPartition(topic, int(part), new))
+        if not moves:
+            return []
+        self._result(f"altering offsets of group {group}", self._admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, moves)], request_timeout=self._timeout))
+        return [(tp.topic, tp.partition) for tp in moves]
+
+    def close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            POOL.release("admin", self._owner, self._conf, admin)

@@ -1,0 +1,293 @@
+"""Checkpoints: consumer progress carried across a replication link, so consumers can fail over
+(MirrorMaker 2's MirrorCheckpointConnector; RIP-45's checkpoint connector, which only published
+timestamps, is the one this improves on).
+
+The ``checkpoint`` source runs in a pipeline whose sink writes to the *target* cluster:
+
+1. it reads the replication flow's offset syncs (``offset.syncs.topic`` in the target cluster,
+   written by the mirror: see ``connect.tasks.offsetsync``) into a :class:`SyncStore`;
+2. every ``emit.checkpoints.interval.ms`` it reads the committed positions of the source
+   cluster's consumer groups (Kafka groups, RocketMQ consumer groups per queue, Pulsar
+   subscriptions: ``connectors.replicator.groups``) in the replicated topics and translates them
+   into target positions, conservatively (a consumer resuming there may see duplicates, never a
+   gap);
+3. it emits a checkpoint record per (group, source partition, target partition) whose
+   translation changed: value ``{"group", "source": {"alias", "topic", "partition", "position"},
+   "target": {"alias", "topic", "partition", "position", "inclusive"}, "ts"}``, key
+   ``<group>:<target topic>:<target partition>`` - to ``checkpoints.topic``;
+4. with ``sync.group.offsets.enabled`` it also moves the same groups in the target cluster to the
+   translated positions, forward only and only while those groups are inactive (Kafka: no
+   members; Pulsar: no consumer on the subscription), as MirrorMaker 2 does.
+
+Positions are broker-specific and opaque (Kafka offset, RocketMQ queue offset, Pulsar message id),
+so every pair of brokers translates, cross-broker ones included. Groups are chosen by ``groups``
+(regexes, full match, against the groups the source cluster lists; entries that are plain names
+are taken as they are - the only way for Pulsar, whose subscriptions cannot be listed without an
+admin API) minus ``groups.exclude``.
+
+Offsets: nothing to replay (a restart reads the syncs again and re-emits every checkpoint once).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
+from connect.connector import SourceConnector
+from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.records import ConnectRecord, make_record
+from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
+from connect.source.partitioned import ASSIGNMENT_KEY
+from connect.tasks.offsetsync import decode_sync
+from connectors.replicator.groups import GROUP_BACKENDS, GroupPositions, cluster_groups
+from connectors.replicator.syncstore import SyncStore, Translation
+
+__all__ = ["CheckpointSourceConnector", "CheckpointSourceTask"]
+
+log = logging.getLogger(__name__)
+
+_CONNECTION_KEY = {"kafka": "bootstrap.servers", "pulsar": "service.url", "rocketmq": "namesrv.addr"}
+_PLAIN_NAME = re.compile(r"[\w.\-%|]+")
+
+CONFIG = (
+    ConfigDef()
+    .define("upstream.type", Type.STRING, doc="Source cluster's broker: kafka, pulsar or rocketmq.",
+            importance=Importance.HIGH, validator=one_of(*GROUP_BACKENDS))
+    .define("upstream.alias", Type.STRING, doc="Source cluster alias (as the mirror's source.cluster.alias).",
+            importance=Importance.HIGH, validator=non_empty)
+    .define("downstream.type", Type.STRING, doc="Target cluster's broker: kafka, pulsar or rocketmq.",
+            importance=Importance.HIGH, validator=one_of(*GROUP_BACKENDS))
+    .define("downstream.alias", Type.STRING, doc="Target cluster alias (as the mirror's target.cluster.alias).",
+            importance=Importance.HIGH, validator=non_empty)
+    .define_prefix("upstream.", "Client keys of the source cluster (bootstrap.servers, service.url or namesrv.addr...).")
+    .define_prefix("downstream.", "Client keys of the target cluster.")
+    .define("offset.syncs.topic", Type.STRING, doc="The mirror's offset.syncs.topic, in the target cluster.",
+            importance=Importance.HIGH, validator=non_empty)
+    .define("groups", Type.LIST, [".*"], "Groups to checkpoint: regexes (full match) against the groups the source "
+            "lists, or plain names (Pulsar subscriptions must be named).")
+    .define("groups.exclude", Type.STRING, r"console-consumer-.*|connect-.*|__.*", "Regex of groups never checkpointed.",
+            validator=valid_regex)
+    .define("checkpoints.topic", Type.STRING, "checkpoints", "Topic of the checkpoint records (the sink may rename it).",
+            validator=non_empty)
+    .define("emit.checkpoints.interval.ms", Type.INT, 5_000, "How often group positions are read and translated.",
+            validator=at_least(100))
+    .define("sync.group.offsets.enabled", Type.BOOLEAN, False,
+            "Also move the groups in the target cluster (forward only, while they are inactive).")
+)
+
+
+def _side(config: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    return {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and k != f"{prefix}type"
+            and k != f"{prefix}alias"}
+
+
+class CheckpointSourceConnector(SourceConnector):
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return CONFIG
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().validate(config)
+        for side in ("upstream", "downstream"):
+            kind = str(config.get(f"{side}.type", ""))
+            key = _CONNECTION_KEY.get(kind)
+            if key and not config.get(f"{side}.{key}"):
+                issues.append(ConfigIssue(f"{side}.{key}", None, f"a {kind} {side} cluster needs its {key}"))
+        if config.get("upstream.alias") and config.get("upstream.alias") == config.get("downstream.alias"):
+            issues.append(ConfigIssue("downstream.alias", config.get("downstream.alias"), "must differ from upstream.alias"))
+        for pattern in str(config.get("groups", "")).split(","):
+            try:
+                re.compile(pattern.strip())
+            except re.error as exc:
+                issues.append(ConfigIssue("groups", pattern.strip(), f"not a valid regex: {exc}"))
+        return issues
+
+    @classmethod
+    def task_class(cls) -> type:
+        return CheckpointSourceTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
+        return [dict(self.config)]
+
+    def source_topics(self) -> Mapping[str, int]:
+        return {CONFIG.parse(self.config)["checkpoints.topic"]: 1}
+
+
+class _SyncReader:
+    """Reads the offset-syncs topic from its beginning, with the target broker's own source connector."""
+
+    def __init__(self, kind: str, client: Mapping[str, Any], topic: str, name: str):
+        from connect.plugins import resolve_connector
+
+        self.kind, self.client, self.topic, self.name = kind, dict(client), topic, name
+        self._cls = resolve_connector(kind, "source")
+        self.task: SourceTask | None = None
+        self._retry_at = 0.0
+
+    def _open(self) -> SourceTask | None:
+        config = {**self.client, "topics": self.topic, "start.position": "earliest"}
+        connector = self._cls()
+        connector.start(config)
+        try:
+            task_configs = connector.task_configs(1)
+        finally:
+            connector.stop()
+        if not task_configs or not task_configs[0].get(ASSIGNMENT_KEY):
+            return None  # the topic does not exist yet: the mirror has written no sync
+        task = self._cls.task_class()()
+        task.context = SourceTaskContext(f"{self.name}-syncs", task_configs[0], OffsetStorageReader(None))
+        task.start(task_configs[0], task.context)
+        return task
+
+    def poll(self, until: float) -> list[ConnectRecord]:
+        if self.task is None:
+            if time.monotonic() < self._retry_at:
+                return []
+            self._retry_at = time.monotonic() + 2.0
+            self.task = self._open()
+            if self.task is None:
+                return []
+        out: list[ConnectRecord] = []
+        while time.monotonic() < until:
+            self.task.context.deadline = until
+            batch = self.task.poll()
+            if not batch:
+                break
+            out.extend(batch)
+        return out
+
+    def close(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            task.stop()
+
+
+class CheckpointSourceTask(SourceTask):
+    def start(self, config: Mapping[str, Any], context) -> None:
+        cfg = CONFIG.parse(config)
+        self.cfg = cfg
+        self.upstream_alias, self.downstream_alias = cfg["upstream.alias"], cfg["downstream.alias"]
+        self.interval = cfg["emit.checkpoints.interval.ms"] / 1000
+        self.topic = cfg["checkpoints.topic"]
+        self.apply_groups = cfg["sync.group.offsets.enabled"]
+        self._patterns = [re.compile(p) for p in cfg["groups"] if p]
+        self._plain = [p for p in cfg["groups"] if _PLAIN_NAME.fullmatch(p)]
+        self._exclude = re.compile(cfg["groups.exclude"]) if cfg["groups.exclude"] else None
+        self.upstream: GroupPositions = cluster_groups(cfg["upstream.type"], _side(config, "upstream."))
+        self.downstream: GroupPositions | None = None
+        try:
+            if self.apply_groups:
+                self.downstream = cluster_groups(cfg["downstream.type"], _side(config, "downstream."))
+            self.reader = _SyncReader(cfg["downstream.type"], _side(config, "downstream."), cfg["offset.syncs.topic"],
+                                      context.task_id)
+        except BaseException:
+            self.upstream.close()
+            raise
+        self.store = SyncStore(self.upstream.order_key)
+        self.partition = {"checkpoint": f"{self.upstream_alias}->{self.downstream_alias}"}
+        self._emitted: dict[tuple, tuple] = {}  # (group, source key, target) -> (source position, translation)
+        self._next_at = time.monotonic()
+        self.counts = {"checkpoint.syncs": 0, "checkpoint.syncs.invalid": 0, "checkpoint.syncs.other.flows": 0,
+                       "checkpoint.groups": 0, "checkpoint.emitted": 0, "checkpoint.untranslated": 0,
+                       "checkpoint.groups.busy": 0, "checkpoint.applied": 0}
+
+    # -- syncs -------------------------------------------------------------------------------
+    def _read_syncs(self, until: float) -> None:
+        for r in self.reader.poll(until):
+            try:
+                sync = decode_sync(r.value)
+            except ValueError as exc:
+                self.counts["checkpoint.syncs.invalid"] += 1
+                log.warning("[%s] record %s of %s skipped: %s", self.context.task_id, r.position(), self.reader.topic, exc)
+                continue
+            if sync.source_alias != self.upstream_alias or sync.target_alias != self.downstream_alias:
+                self.counts["checkpoint.syncs.other.flows"] += 1
+                continue
+            self.store.add(sync)
+            self.counts["checkpoint.syncs"] += 1
+
+    # -- groups ------------------------------------------------------------------------------
+    def _groups(self) -> list[str]:
+        listed = self.upstream.list_groups() or []
+        chosen = {g for g in listed if any(p.fullmatch(g) for p in self._patterns)}
+        chosen.update(self._plain)
+        return sorted(g for g in chosen if not (self._exclude and self._exclude.fullmatch(g)))
+
+    def _checkpoint_group(self, group: str, topics: Sequence[str], ts: int, out: list[ConnectRecord]) -> None:
+        positions = self.upstream.positions(group, topics)
+        if positions is None:
+            self.counts["checkpoint.groups.busy"] += 1
+            return
+        lowest: dict[tuple, Translation] = {}
+        for source_key, (sp, next_key) in positions.items():
+            if not self.store.knows(source_key):
+                continue
+            translated = self.store.translate(source_key, next_key)
+            if not translated:
+                self.counts["checkpoint.untranslated"] += 1
+                continue
+            for target, t in translated.items():
+                held = lowest.get(target)
+                if held is None or t.sort_key() < held.sort_key():
+                    lowest[target] = t
+                memo = (group, source_key, target)
+                if self._emitted.get(memo) == (next_key, t):
+                    continue
+                self._emitted[memo] = (next_key, t)
+                out.append(self._record(group, sp, next_key, target, t, ts))
+        if self.downstream is not None and lowest:
+            moved = self.downstream.apply(group, lowest)
+            self.counts["checkpoint.applied"] += len(moved)
+            if moved:
+                log.info("[%s] group %s moved in %s: %d partition(s)", self.context.task_id, group,
+                         self.downstream_alias, len(moved))
+
+    def _record(self, group: str, sp: dict, next_key: Any, target: tuple, t: Translation, ts: int) -> ConnectRecord:
+        value = orjson.dumps({
+            "group": group,
+            "source": {"alias": self.upstream_alias, "topic": sp.get("topic"), "partition": sp, "position": next_key},
+            "target": {"alias": self.downstream_alias, "topic": target[0], "partition": target[1],
+                       "position": t.position, "inclusive": t.inclusive},
+            "ts": ts})
+        key = f"{group}:{target[0]}:{target[1]}".encode()
+        self.counts["checkpoint.emitted"] += 1
+        return make_record(self.topic, key, value, None, ts, self.partition, {"ts": ts}, 0)
+
+    # -- the task ----------------------------------------------------------------------------
+    def poll(self) -> Sequence[ConnectRecord]:
+        now = time.monotonic()
+        until = now + min(0.5, self.context.time_left())
+        self._read_syncs(until)
+        if now < self._next_at:
+            time.sleep(max(min(self._next_at - time.monotonic(), 0.1, self.context.time_left()), 0))
+            return []
+        self._next_at = now + self.interval
+        topics = sorted(self.store.source_topics())
+        if not topics:
+            return []
+        out: list[ConnectRecord] = []
+        ts = int(time.time() * 1000)
+        groups = self._groups()
+        self.counts["checkpoint.groups"] = len(groups)
+        for group in groups:
+            try:
+                self._checkpoint_group(group, topics, ts, out)
+            except (RetriableError, ConnectError) as exc:
+                log.warning("[%s] group %s not checkpointed this round: %s", self.context.task_id, group, exc)
+        return out
+
+    def metrics(self) -> Mapping[str, float]:
+        return {k: float(v) for k, v in self.counts.items()}
+
+    def stop(self) -> None:
+        for step in (self.reader.close, self.upstream.close, *([self.downstream.close] if self.downstream else [])):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - close everything
+                log.warning("[%s] closing: %s", self.context.task_id, exc)
