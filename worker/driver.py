@@ -104,6 +104,7 @@ class PipelineRuntime:
         topics = self.source_connector.source_topics()
         if topics:
             self.sink_connector.prepare_topics(topics)
+        self._prepare_offset_syncs_topic()
         source_cfgs = self.source_connector.task_configs(max_tasks)[:max_tasks]
         sink_cfgs = self.sink_connector.task_configs(max(len(source_cfgs), 1)) or [_own_keys(self.pipeline.sink_config)]
         converters = {k: v for k, v in self.pipeline.source_config.items() if k in SIDE_CONFIG}
@@ -114,6 +115,23 @@ class PipelineRuntime:
         digest.update(orjson.dumps([[t.source_config, t.sink_config] for t in self.tasks], option=orjson.OPT_SORT_KEYS))
         self.generation = digest.hexdigest()[:16]
         log.info("connector %s: %d task pair(s)", self.name, len(self.tasks))
+
+    def _prepare_offset_syncs_topic(self) -> None:
+        """Create the offset-syncs topic (one partition: syncs stay in order) with the sink's connector,
+        whatever its auto-creation setting: it is the flow's own topic, as MM2 creates its internal ones."""
+        topic = self.settings.runner.offset_syncs_topic
+        if not topic:
+            return
+        cls = type(self.sink_connector)
+        config = {**_own_keys(self.pipeline.sink_config), "topic": topic, "topic.template": "{topic}"}
+        if "auto.create.topics" in cls.config_def():
+            config["auto.create.topics"] = "true"
+        writer = cls()
+        writer.start(config)
+        try:
+            writer.prepare_topics({topic: 1})
+        finally:
+            writer.stop()
 
     def dlq_config(self, sink_config: dict[str, Any]) -> dict[str, Any] | None:
         topic = self.settings.dlq_topic

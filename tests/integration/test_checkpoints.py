@@ -148,7 +148,7 @@ class PulsarCluster:
         return {"service.url": self.b.service_url}
 
     def full(self, topic: str) -> str:
-        return f"persistent://public/default/{topic}"
+        return topic if "://" in topic else f"persistent://public/default/{topic}"
 
     def create(self, topic: str) -> None:
         self.b.create_partitioned_topics({self.full(topic): PARTS})
@@ -163,8 +163,11 @@ class PulsarCluster:
             for p in range(PARTS):
                 cons = c.subscribe(f"{self.full(topic)}-partition-{p}", group, consumer_type=pulsar.ConsumerType.Exclusive,
                                    initial_position=pulsar.InitialPosition.Earliest)
-                for _ in range(per_partition):
-                    m = cons.receive(10_000)
+                for i in range(per_partition):
+                    try:
+                        m = cons.receive(10_000)
+                    except pulsar.Timeout:
+                        raise AssertionError(f"partition {p}: only {i} of {per_partition} messages") from None
                 cons.acknowledge_cumulative(m)
                 time.sleep(1.0)  # acknowledgements are flushed in the background
                 cons.close()
@@ -230,7 +233,7 @@ def _translate_and_check(spark, tmp_path, src, dst, topic: str, group: str) -> N
          "offset.syncs.topic": syncs_topic, "groups": group, "emit.checkpoints.interval.ms": "300",
          "sync.group.offsets.enabled": "true",
          "checkpoints.topic": f"persistent://public/default/{checkpoints}" if dst.kind == "pulsar" else checkpoints},
-        {**dst.side()}, **{"epoch.max.ms": "1000"})
+        {**dst.side(), **({"auto.create.topics": "true"} if dst.kind == "rocketmq" else {})}, **{"epoch.max.ms": "1000"})
     cdriver = make_driver(spark, tmp_path / "checkpoint", cp)
     applied = []
     for _ in range(20):
@@ -253,7 +256,10 @@ def _translate_and_check(spark, tmp_path, src, dst, topic: str, group: str) -> N
         assert not missing, f"partition {part}: gap, {len(missing)} record(s) after the source position missing: {missing[:5]}"
         before = [i for i in indexes if i < expected_after]
         duplicates += len(before)
-        assert len(before) <= per_partition, f"partition {part}: {len(before)} duplicates, more than one round"
+        # Bound: one round (the sync spacing); a Pulsar target resumes at the start of a batched entry,
+        # so one batch more (here a batch may hold a whole round).
+        bound = per_partition * (2 if dst.kind == "pulsar" else 1)
+        assert len(before) <= bound, f"partition {part}: {len(before)} duplicates, more than {bound}"
     print(f"{src.kind}->{dst.kind}: duplicates {duplicates} for {PARTS} partitions, 0 gaps")
 
 

@@ -141,6 +141,10 @@ def test_replication_examples_in_conf_are_valid_flows():
             flows += 1
             assert runner.target_alias and runner.target_alias != runner.source_alias, path.name
     assert flows == 6  # two active-active flows, the DR mirror, three ring flows
+    syncs = {load_pipeline_file(p).settings.runner.offset_syncs_topic for p in files} - {""}
+    checkpoints = [load_pipeline_file(p).source_config for p in files if "checkpoint" in p.name]
+    assert len(checkpoints) == 2
+    assert all(c["offset.syncs.topic"] in syncs for c in checkpoints)  # each reads syncs some mirror writes
 
 
 class LaggingSource(ChainedSource):
