@@ -27,7 +27,7 @@ from connectors.rocketmq.client import SyncRocketMQClient
 pytestmark = pytest.mark.timeout(300)
 
 PARTS = 2
-ROUNDS = 6
+ROUNDS = 4
 PER_ROUND = 60  # records per round (all partitions)
 CONSUMED = 65  # records the group consumes in the source, per partition: inside round 3 of 6
 
