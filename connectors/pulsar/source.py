@@ -59,8 +59,8 @@ CONFIG = CLIENT_CONFIG.merge(
     .define("topics.regex", Type.STRING, "", "Regex (full match) of the full topic names to read within "
             "topics.namespace.", validator=valid_regex)
     .define("topics.namespace", Type.STRING, "public/default", "tenant/namespace searched by topics.regex.")
-    .define("admin.url", Type.STRING, "", "With topics.regex: the cluster's admin REST URL (http[s]://host:port), "
-            "where the namespace's topics are listed.")
+    .define("admin.url", Type.STRING, "", "The cluster's admin REST URL (http[s]://host:port): where topics.regex "
+            "lists the namespace's topics, and where lag per partition is read (internalStats).")
     .define("start.position", Type.STRING, "earliest",
             "Where partitions without a committed position start: earliest, latest or timestamp (publish time).",
             validator=one_of("earliest", "latest", "timestamp"))
@@ -122,6 +122,47 @@ def list_namespace_topics(admin_url: str, namespace: str, cfg: Mapping[str, Any]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise RetriableError(f"{url} answered {str(names)[:200]!r}, not a JSON list of topic names")
     return names
+
+
+def internal_stats(admin_url: str, topic: str, cfg: Mapping[str, Any]) -> dict:
+    """``GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/internalStats`` (one partition's
+    managed ledger: ``lastConfirmedEntry`` and ``ledgers``), as Pulsar's admin API answers."""
+    import json
+    import urllib.request
+
+    path = topic.replace("://", "/", 1)
+    url = f"{admin_url.rstrip('/')}/admin/v2/{path}/internalStats"
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if cfg.get("auth.plugin") == "token" and cfg.get("auth.token"):
+        request.add_header("Authorization", f"Bearer {cfg['auth.token']}")
+    try:
+        with urllib.request.urlopen(request, timeout=min(cfg.get("operation.timeout.ms", 30_000) / 1000, 5)) as response:
+            stats = json.loads(response.read())
+    except (OSError, ValueError) as exc:
+        raise RetriableError(f"cannot read the internal stats of {topic} at {url}: {exc}") from exc
+    if not isinstance(stats, dict):
+        raise RetriableError(f"{url} answered {str(stats)[:200]!r}, not a JSON object")
+    return stats
+
+
+def entries_behind(stats: Mapping[str, Any], last: tuple | None) -> int | None:
+    """Entries of a partition after ``last`` (ledger, entry, ...) - every entry when None - from its
+    internal stats; None when they do not say. Batched entries hold several messages, so in
+    records this is a lower bound."""
+    try:
+        lce_ledger, lce_entry = (int(x) for x in str(stats["lastConfirmedEntry"]).split(":")[:2])
+        ledgers = [(int(led["ledgerId"]), int(led.get("entries", 0))) for led in stats.get("ledgers", [])]
+    except (KeyError, TypeError, ValueError):
+        return None
+    behind = 0
+    for ledger, entries in ledgers:
+        if ledger == lce_ledger:  # the open ledger: its entry count is the last confirmed entry's
+            entries = lce_entry + 1
+        if last is None or ledger > last[0]:
+            behind += entries
+        elif ledger == last[0]:
+            behind += max(entries - (last[1] + 1), 0)
+    return behind
 
 
 class PulsarSourceConnector(PartitionedSourceConnector):
@@ -210,6 +251,8 @@ class PulsarSourceTask(SourceTask):
         self._stall_s = cfg["reader.stall.check.ms"] / 1000
         self._settings = client_settings(cfg)
         self._service = cfg["service.url"]
+        self._admin = cfg["admin.url"]
+        self._cfg = cfg
         self._client = CLIENTS.acquire(self._settings)
         assignment = parse_assignment(config.get(ASSIGNMENT_KEY, ""), PulsarSourceConnector.separator)
         earliest = set(parse_assignment(config.get(EARLIEST_KEY, ""), PulsarSourceConnector.separator))
@@ -479,6 +522,30 @@ class PulsarSourceTask(SourceTask):
                     return dropped
         finally:
             entry.last = last
+
+    def lag_by_partition(self) -> dict[str, int] | None:
+        """Entries behind the end per partition, from the admin API's internal stats (with
+        ``admin.url``; pulsar-client has no way to ask over the binary protocol without joining a
+        subscription); None without it. A lower bound in records when entries are batched."""
+        if not self._admin:
+            return None
+        out = {}
+        for entry in self._readers:
+            start = entry.start[0]
+            if entry.last is None and (start.ledger_id() >= 0 or start.entry_id() >= 0):
+                continue  # not read yet from a later start: where it stands is not known
+            try:
+                behind = entries_behind(internal_stats(self._admin, entry.name, self._cfg), entry.last)
+            except RetriableError as exc:
+                log.debug("lag of %s: %s", entry.name, exc)
+                return None
+            if behind is not None:
+                out[partition_key(entry.sp)] = behind
+        return out
+
+    def lag(self) -> int | None:
+        behind = self.lag_by_partition()
+        return None if behind is None else sum(behind.values())
 
     def stop(self) -> None:
         for entry in getattr(self, "_readers", []):

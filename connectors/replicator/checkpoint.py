@@ -41,11 +41,11 @@ from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one
 from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record
-from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
-from connect.source.partitioned import ASSIGNMENT_KEY
+from connect.source import SourceTask
 from connect.tasks.offsetsync import decode_sync
 from connectors.replicator.groups import GROUP_BACKENDS, GroupPositions, cluster_groups
 from connectors.replicator.syncstore import SyncStore, Translation
+from connectors.replicator.tail import TopicTail
 
 __all__ = ["CheckpointSourceConnector", "CheckpointSourceTask"]
 
@@ -119,55 +119,6 @@ class CheckpointSourceConnector(SourceConnector):
         return {CONFIG.parse(self.config)["checkpoints.topic"]: 1}
 
 
-class _SyncReader:
-    """Reads the offset-syncs topic from its beginning, with the target broker's own source connector."""
-
-    def __init__(self, kind: str, client: Mapping[str, Any], topic: str, name: str):
-        from connect.plugins import resolve_connector
-
-        self.kind, self.client, self.topic, self.name = kind, dict(client), topic, name
-        self._cls = resolve_connector(kind, "source")
-        self.task: SourceTask | None = None
-        self._retry_at = 0.0
-
-    def _open(self) -> SourceTask | None:
-        config = {**self.client, "topics": self.topic, "start.position": "earliest"}
-        connector = self._cls()
-        connector.start(config)
-        try:
-            task_configs = connector.task_configs(1)
-        finally:
-            connector.stop()
-        if not task_configs or not task_configs[0].get(ASSIGNMENT_KEY):
-            return None  # the topic does not exist yet: the mirror has written no sync
-        task = self._cls.task_class()()
-        task.context = SourceTaskContext(f"{self.name}-syncs", task_configs[0], OffsetStorageReader(None))
-        task.start(task_configs[0], task.context)
-        return task
-
-    def poll(self, until: float) -> list[ConnectRecord]:
-        if self.task is None:
-            if time.monotonic() < self._retry_at:
-                return []
-            self._retry_at = time.monotonic() + 2.0
-            self.task = self._open()
-            if self.task is None:
-                return []
-        out: list[ConnectRecord] = []
-        while time.monotonic() < until:
-            self.task.context.deadline = until
-            batch = self.task.poll()
-            if not batch:
-                break
-            out.extend(batch)
-        return out
-
-    def close(self) -> None:
-        task, self.task = self.task, None
-        if task is not None:
-            task.stop()
-
-
 class CheckpointSourceTask(SourceTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
@@ -184,8 +135,8 @@ class CheckpointSourceTask(SourceTask):
         try:
             if self.apply_groups:
                 self.downstream = cluster_groups(cfg["downstream.type"], _side(config, "downstream."))
-            self.reader = _SyncReader(cfg["downstream.type"], _side(config, "downstream."), cfg["offset.syncs.topic"],
-                                      context.task_id)
+            self.reader = TopicTail(cfg["downstream.type"], _side(config, "downstream."), cfg["offset.syncs.topic"],
+                                   f"{context.task_id}-syncs", start="earliest")
         except BaseException:
             self.upstream.close()
             raise

@@ -21,6 +21,14 @@ Three pieces, each an ordinary pipeline, so they work for any pair of brokers:
    - ``heartbeat.<alias>.hops``: copies the last heartbeat went through (its origin chain's length);
    - ``heartbeat.<alias>.count``: heartbeats seen by this task.
 
+Round trip: an emitter given ``inbound.type`` (and the ``inbound.*`` client keys of its own
+cluster) also reads the heartbeat topic of its own cluster, where the other clusters' heartbeats
+arrive, and puts the latency it sees from each of them into its own beats
+(``"inbound": {<alias>: <ms>}``). A monitor told its own cluster's ``alias`` then reports
+``heartbeat.<alias>.round_trip_ms``: the latency of the other cluster's beats to here plus the
+latency of this cluster's beats to there, as that cluster measured it - both directions of an
+active-active link, with each leg timed against one host's clock on each side.
+
 Offsets: the source's position is the last emission time (nothing to replay: a restart emits
 afresh); the monitor is a synchronous sink that keeps nothing, so its source's offsets advance.
 """
@@ -32,12 +40,14 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from connect.config import ConfigDef, Importance, Type, at_least, non_empty
+from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of
 from connect.connector import SinkConnector, SourceConnector
 from connect.records import ConnectRecord, make_record
 from connect.sink import SinkTask
 from connect.source import SourceTask
 from connect.tasks.origin import DEFAULT_ORIGIN_PROPERTY, chain_of
+from connectors.replicator.groups import GROUP_BACKENDS
+from connectors.replicator.tail import TopicTail
 
 __all__ = ["HeartbeatSourceConnector", "HeartbeatSourceTask", "HeartbeatSinkConnector", "HeartbeatSinkTask"]
 
@@ -48,6 +58,11 @@ SOURCE_CONFIG = (
     .define("topic", Type.STRING, "heartbeats", "Topic the heartbeat records carry (the sink may rename it).",
             validator=non_empty)
     .define("interval.ms", Type.INT, 1000, "Time between heartbeats.", validator=at_least(10))
+    .define("inbound.type", Type.STRING, "", "To report round trips: the broker of this cluster (kafka, pulsar or "
+            "rocketmq), whose heartbeat topic is read for the other clusters' latency to here; empty: not read.",
+            validator=one_of("", *GROUP_BACKENDS))
+    .define("inbound.topic", Type.STRING, "", "Heartbeat topic of this cluster (default: topic).")
+    .define_prefix("inbound.", "Client keys of this cluster (bootstrap.servers, service.url or namesrv.addr...).")
 )
 
 SINK_CONFIG = (
@@ -56,6 +71,8 @@ SINK_CONFIG = (
             validator=at_least(1))
     .define("origin.property", Type.STRING, DEFAULT_ORIGIN_PROPERTY, "Header holding the origin chain.",
             validator=non_empty)
+    .define("alias", Type.STRING, "", "Alias of the cluster this monitor runs in: with it, round trips are reported "
+            "for the clusters whose emitters read their inbound heartbeats.")
 )
 
 
@@ -68,8 +85,27 @@ class HeartbeatSourceTask(SourceTask):
         self.partition = {"heartbeat": self.alias}
         self.seq = 0
         self.next_at = time.monotonic()
+        self.inbound: dict[str, float] = {}  # origin alias -> latency of its newest heartbeat to here
+        self._newest: dict[str, float] = {}
+        self.tail = None
+        if cfg["inbound.type"]:
+            client = {k[len("inbound."):]: v for k, v in config.items()
+                      if k.startswith("inbound.") and k not in ("inbound.type", "inbound.topic")}
+            self.tail = TopicTail(cfg["inbound.type"], client, cfg["inbound.topic"] or self.topic,
+                                  f"{context.task_id}-inbound", start="latest")
+
+    def _read_inbound(self) -> None:
+        arrived = time.time() * 1000
+        for r in self.tail.poll(time.monotonic() + min(0.05, self.context.time_left())):
+            beat = _beat(r.value)
+            if beat is None or beat[0] == self.alias or beat[1] <= self._newest.get(beat[0], 0.0):
+                continue
+            self._newest[beat[0]] = beat[1]
+            self.inbound[beat[0]] = max(arrived - beat[1], 0.0)
 
     def poll(self) -> Sequence[ConnectRecord]:
+        if self.tail is not None:
+            self._read_inbound()
         wait = self.next_at - time.monotonic()
         if wait > 0:
             time.sleep(min(wait, 0.1, self.context.time_left()))
@@ -77,8 +113,25 @@ class HeartbeatSourceTask(SourceTask):
         self.next_at = max(self.next_at + self.interval, time.monotonic())
         now = int(time.time() * 1000)
         self.seq += 1
-        value = orjson.dumps({"alias": self.alias, "ts": now, "seq": self.seq})
+        beat: dict[str, Any] = {"alias": self.alias, "ts": now, "seq": self.seq}
+        if self.inbound:
+            beat["inbound"] = dict(self.inbound)
+        value = orjson.dumps(beat)
         return [make_record(self.topic, self.alias.encode(), value, None, now, self.partition, {"ts": now}, 0)]
+
+    def stop(self) -> None:
+        if self.tail is not None:
+            self.tail.close()
+
+
+def _beat(value) -> tuple[str, float, dict] | None:
+    """(alias, emission time, inbound latencies) of a heartbeat record; None if it is none."""
+    try:
+        beat = orjson.loads(value)
+        inbound = beat.get("inbound") or {}
+        return str(beat["alias"]), float(beat["ts"]), inbound if isinstance(inbound, dict) else {}
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 class HeartbeatSourceConnector(SourceConnector):
@@ -102,22 +155,25 @@ class HeartbeatSinkTask(SinkTask):
         cfg = SINK_CONFIG.parse(config)
         self.timeout_ms = cfg["timeout.ms"]
         self.prop = cfg["origin.property"]
+        self.alias = cfg["alias"]
         self.links: dict[str, dict[str, float]] = {}
 
     def put(self, records: Sequence[ConnectRecord]) -> None:
         arrived = time.time() * 1000
         for r in records:
-            try:
-                beat = orjson.loads(r.value)
-                alias, ts = str(beat["alias"]), float(beat["ts"])
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            beat = _beat(r.value)
+            if beat is None:
                 continue  # not a heartbeat (another writer shares the topic): nothing to measure
+            alias, ts, inbound = beat
             link = self.links.setdefault(alias, {"ts": 0.0, "latency_ms": 0.0, "count": 0, "hops": 0})
             link["count"] += 1
             if ts > link["ts"]:  # a copy of a heartbeat seen already (a slower path) measures nothing new
                 link["ts"] = ts
                 link["latency_ms"] = max(arrived - ts, 0.0)
                 link["hops"] = len(chain_of(r.headers, self.prop))
+                back = inbound.get(self.alias) if self.alias else None
+                if isinstance(back, (int, float)):
+                    link["round_trip_ms"] = link["latency_ms"] + float(back)
 
     def flush(self, offsets) -> None:
         return None
@@ -132,6 +188,8 @@ class HeartbeatSinkTask(SinkTask):
             out[f"heartbeat.{alias}.healthy"] = 1.0 if age < self.timeout_ms else 0.0
             out[f"heartbeat.{alias}.hops"] = float(link["hops"])
             out[f"heartbeat.{alias}.count"] = float(link["count"])
+            if "round_trip_ms" in link:
+                out[f"heartbeat.{alias}.round_trip_ms"] = link["round_trip_ms"]
         return out
 
 

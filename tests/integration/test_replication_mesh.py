@@ -3,7 +3,9 @@ producers writing to every cluster at once, and every record ending up exactly o
 
 - a full mesh of three Kafka clusters (six flows, ``replication.max.hops=1``);
 - a ring of three Kafka clusters (A -> B -> C -> A, no hop limit: the origin chain alone stops it);
-- a mixed-broker ring Kafka -> Pulsar -> RocketMQ -> Kafka.
+- a mixed-broker ring Kafka -> Pulsar -> RocketMQ -> Kafka;
+- a mixed-broker full mesh Kafka <-> Pulsar <-> RocketMQ (six flows, max hops 1), producers
+  writing to the three clusters while it runs.
 """
 
 from __future__ import annotations
@@ -181,3 +183,53 @@ def test_mixed_ring_kafka_pulsar_rocketmq_identity_names_exactly_once(kafka_pair
     assert chain_in_kafka[b"value-0"] is None
     by_value = {m.data(): m.properties().get(PROP) for m in in_pulsar()}
     assert by_value[f"value-{2 * n}".encode()] == "R,K" and by_value[b"value-0"] == "K"
+
+
+def _mixed_values(kafka, pulsar, rocketmq, topic: str) -> dict[str, list[tuple[bytes, str | None]]]:
+    """(value, origin chain) of every record in each cluster."""
+    return {
+        "K": [(v, c.decode() if c else None) for v, c in kafka_values(kafka.bootstrap, topic)],
+        "P": [(m.data(), m.properties().get(PROP)) for msgs in pulsar_util.consume_all(pulsar, topic, 0, 0, timeout=3).values()
+              for m in msgs],
+        "R": [(m.body, m.properties.get(PROP)) for msgs in rocketmq_util.consume_all(rocketmq, topic).values() for m in msgs],
+    }
+
+
+def test_mixed_full_mesh_kafka_pulsar_rocketmq_producers_everywhere_exactly_once(kafka_pair, pulsar_pair, rocketmq_pair,
+                                                                                 spark, tmp_path, unique):
+    kafka, pulsar, rocketmq = kafka_pair[1], pulsar_pair[1], rocketmq_pair[1]
+    topic, n = f"mixmesh-{unique.rsplit('-', 1)[1]}", 1500
+    sides = {"K": {"connector.class": "kafka", "bootstrap.servers": kafka.bootstrap},
+             "P": {"connector.class": "pulsar", "service.url": pulsar.service_url},
+             "R": {"connector.class": "rocketmq", "namesrv.addr": rocketmq.namesrv}}
+    # the topics exist everywhere before the mesh starts (one record each, born there)
+    create_topic(kafka.bootstrap, topic, 2)
+    produce(kafka.bootstrap, topic, 1, 2, start=3 * n)
+    pulsar_util.produce(pulsar, topic, 1, 0, start=3 * n + 1)
+    rocketmq_util.produce(rocketmq, topic, 1, 2, start=3 * n + 2)
+    flows = [pair_pipeline(f"{unique}-{s}{t}", {**sides[s], "topics": topic, "start.position": "earliest", "cluster.alias": s},
+                           {**sides[t], "cluster.alias": t}, **{"epoch.max.ms": "1000", "replication.max.hops": "1"})
+             for s in sides for t in sides if s != t]
+    driver = make_driver(spark, tmp_path, *flows)
+    producers = [threading.Thread(target=produce, args=(kafka.bootstrap, topic, n, 2)),
+                 threading.Thread(target=pulsar_util.produce, args=(pulsar, topic, n, 0), kwargs={"start": n}),
+                 threading.Thread(target=rocketmq_util.produce, args=(rocketmq, topic, n, 2), kwargs={"start": 2 * n})]
+    for t in producers:
+        t.start()  # every cluster written at once, while the mesh runs
+    expected = {f"value-{i}".encode() for i in range(3 * n + 3)}
+
+    def converged() -> bool:
+        return not any(t.is_alive() for t in producers) and all(
+            len(v) >= len(expected) for v in _mixed_values(kafka, pulsar, rocketmq, topic).values())
+
+    run_while(driver, converged, 300, f"{len(expected)} records in Kafka, Pulsar and RocketMQ")
+    time.sleep(2)  # a loop or a second path would keep adding copies
+    seen = _mixed_values(kafka, pulsar, rocketmq, topic)
+    born = {f"value-{i}".encode(): a for a, lo in (("K", 0), ("P", n), ("R", 2 * n)) for i in range(lo, lo + n)}
+    born.update({f"value-{3 * n + i}".encode(): a for i, a in enumerate("KPR")})
+    for where, records in seen.items():
+        counts = Counter(v for v, _ in records)
+        assert set(counts) == expected, f"{where}: {len(expected - set(counts))} missing"
+        assert max(counts.values()) == 1, f"{where}: {sum(c - 1 for c in counts.values())} duplicates"
+        for value, chain in records:  # born here: no chain; else copied once, straight from where it was born
+            assert chain == (None if born[value] == where else born[value]), (where, value, chain)

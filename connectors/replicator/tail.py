@@ -1,0 +1,70 @@
+"""TopicTail: read one topic of any broker with that broker's own source connector.
+
+The replicator's helpers read small topics of their own (the offset syncs a checkpoint connector
+translates with, the heartbeats an emitter echoes): the broker's source connector lists the
+topic's partitions and its task reads them, from the earliest or the latest position, with no
+committed offsets (nothing is persisted: a restart reads again from where ``start`` says). A topic
+that does not exist yet is looked for again every ``retry_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from connect.records import ConnectRecord
+from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
+from connect.source.partitioned import ASSIGNMENT_KEY
+
+__all__ = ["TopicTail"]
+
+
+class TopicTail:
+    def __init__(self, kind: str, client: Mapping[str, Any], topic: str, name: str, *, start: str = "earliest",
+                 retry_s: float = 2.0):
+        from connect.plugins import resolve_connector
+
+        self.kind, self.client, self.topic, self.name = kind, dict(client), topic, name
+        self.start = start
+        self._cls = resolve_connector(kind, "source")
+        self.task: SourceTask | None = None
+        self._retry_s = retry_s
+        self._retry_at = 0.0
+
+    def _open(self) -> SourceTask | None:
+        config = {**self.client, "topics": self.topic, "start.position": self.start}
+        connector = self._cls()
+        connector.start(config)
+        try:
+            task_configs = connector.task_configs(1)
+        finally:
+            connector.stop()
+        if not task_configs or not task_configs[0].get(ASSIGNMENT_KEY):
+            return None  # the topic does not exist yet
+        task = self._cls.task_class()()
+        task.context = SourceTaskContext(self.name, task_configs[0], OffsetStorageReader(None))
+        task.start(task_configs[0], task.context)
+        return task
+
+    def poll(self, until: float) -> list[ConnectRecord]:
+        """Records that arrived, reading until the topic is drained or ``until`` (time.monotonic)."""
+        if self.task is None:
+            if time.monotonic() < self._retry_at:
+                return []
+            self._retry_at = time.monotonic() + self._retry_s
+            self.task = self._open()
+            if self.task is None:
+                return []
+        out: list[ConnectRecord] = []
+        while time.monotonic() < until:
+            self.task.context.deadline = until
+            batch = self.task.poll()
+            if not batch:
+                break
+            out.extend(batch)
+        return out
+
+    def close(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            task.stop()
