@@ -148,6 +148,15 @@ class ConfigProvider:
         """The values of ``keys`` at ``path`` ("" when the reference has no path)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement get()")
 
+    def store(self, path: str, values: Mapping[str, str]) -> None:
+        """Keystore plugins (PIP-18): keep ``values`` at ``path`` so ``${name:path:key}`` finds them.
+        Default: this provider only reads."""
+        raise ConfigError([ConfigIssue("authPlugin", type(self).__name__, "this config provider cannot store "
+                                       "secrets (it has no store(); use one that has, e.g. directory)")])
+
+    def remove(self, path: str) -> None:
+        """Keystore plugins: forget what ``store`` kept at ``path``. Default: nothing to forget."""
+
     def close(self) -> None:
         """Release what the provider holds (connections, caches). Default: nothing."""
 
@@ -389,6 +398,33 @@ class DirectoryConfigProvider(ConfigProvider):
         if problems:
             raise ConfigDataError("; ".join(problems.values()), missing=problems)
         return values
+
+    def store(self, path: str, values: Mapping[str, str]) -> None:
+        """One file per key in directory ``path`` (created 0700; files 0600, written atomically)."""
+        _check_allowed(self._allowed, path)
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        for key, value in values.items():
+            if key in (".", "..") or "/" in key or os.sep in key or not key:
+                raise ConfigError([ConfigIssue(f"authParam.{key}", None, "not a plain file name")])
+            target = os.path.join(path, key)
+            temp = f"{target}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(str(value))
+            os.replace(temp, target)
+
+    def remove(self, path: str) -> None:
+        _check_allowed(self._allowed, path)
+        if not os.path.isdir(path):
+            return
+        for name in os.listdir(path):
+            file = os.path.join(path, name)
+            if os.path.isfile(file):
+                os.remove(file)
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass  # something else lives there: leave it
 
 
 # --------------------------------------------------------------------------------------- discovery

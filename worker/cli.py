@@ -16,6 +16,7 @@ from connect.errors import ConfigError, ConnectError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
 from worker.pipeline import PipelineConfig, load_pipeline_file
+from worker.replicatorcli import app as replicators_app
 from worker.restcli import app as connectors_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -129,6 +130,7 @@ worker_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="The long-lived worker service (REST API shaped like Kafka Connect's).")
 app.add_typer(worker_app, name="worker")
 app.add_typer(connectors_app, name="connectors")
+app.add_typer(replicators_app, name="replicators")
 
 
 @worker_app.command("start")

@@ -136,7 +136,7 @@ class _TaskSeries:
     """Everything exported for one (connector, task) pair."""
 
     __slots__ = ("counters", "acknowledged", "epochs", "failed", "restarts", "buckets", "duration_sum",
-                 "gauges", "latency", "ack_latency", "reported", "partition_lag")
+                 "gauges", "latency", "ack_latency", "reported", "partition_lag", "rate")
 
     def __init__(self) -> None:
         self.counters = {name: 0.0 for name, _, _ in _STAT_COUNTERS}
@@ -151,6 +151,7 @@ class _TaskSeries:
         self.ack_latency: list | None = None  # like latency, once acknowledgements are timed
         self.reported: dict[str, float] = {}  # the tasks' own gauges (SourceTask/SinkTask.metrics), last epoch
         self.partition_lag: dict[str, tuple[float, float]] = {}  # partition label -> (records, seconds) behind
+        self.rate: float | None = None  # records per second of the last epoch
 
     def observe_duration(self, seconds: float) -> None:
         for i, bound in enumerate(DURATION_BUCKETS):
@@ -228,6 +229,7 @@ class ConnectMetrics:
             if result.restarted:
                 series.restarts += 1
             series.observe_duration(duration)
+            series.rate = _delta(stats.get("records")) / duration if duration > 0 else None
             series.reported = {str(k): v for k, v in (getattr(result, "metrics", None) or {}).items()
                                if _number(v) is not None}
             series.partition_lag = {_partition_label(k): (float(v[0]), float(v[1]))
@@ -254,6 +256,25 @@ class ConnectMetrics:
         name = _state(state)
         with self._lock:
             self._connector_states[connector] = name
+
+    def connector_summary(self, connector: str) -> dict[str, Any]:
+        """One connector's figures over its tasks (replicator stats, PIP-18): records polled and
+        acknowledged, records per second in the last epoch, lag (records behind, None when no task
+        knows), failures (permanent record errors + transient failures) and failed epochs."""
+        with self._lock:
+            series = [s for (c, _t), s in self._tasks.items() if c == connector]
+            lags = [s.gauges["lag"] for s in series if "lag" in s.gauges]
+            rates = [s.rate for s in series if s.rate is not None]
+            return {
+                "records": sum(s.counters["connect_records_polled"] for s in series),
+                "acknowledged": sum(s.acknowledged or 0.0 for s in series),
+                "records_per_second": sum(rates) if rates else None,
+                "lag": sum(lags) if lags else None,
+                "failures": sum(s.counters["connect_record_errors"] + s.counters["connect_transient_failures"]
+                                for s in series),
+                "failed_epochs": sum(s.failed for s in series),
+                "tasks": len(series),
+            }
 
     def remove(self, connector: str) -> None:
         """Drop every series of ``connector`` (it was deleted)."""

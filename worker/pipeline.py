@@ -98,6 +98,12 @@ PIPELINE_CONFIG = (
             "checkpoint connector's offset translation); written with the sink's connector. Empty: none.")
     .define("offset.syncs.interval.ms", Type.INT, 1_000,
             "Most often an offset sync is written per source partition and target partition.", validator=at_least(10))
+    .define("replicator.id", Type.STRING, "", "Set by replicator onboarding (PIP-18): the replicator this "
+            "connector belongs to (with replicator.namespace, .type, .region and .topic).")
+    .define("replicator.namespace", Type.STRING, "", "PIP-18: the namespace the replicator was added for.")
+    .define("replicator.type", Type.STRING, "", "PIP-18: the replicator's target broker.")
+    .define("replicator.region", Type.STRING, "", "PIP-18: the replicator's target region (cluster) name.")
+    .define("replicator.topic", Type.STRING, "", "PIP-18: the source topic this connector replicates.")
 )
 
 SIDE_CONFIG = (

@@ -136,7 +136,8 @@ _OFFSETS = _body_schema({"type": "object", "required": ["offsets"], "properties"
 _VALIDATE = _body_schema(_STRINGS, "A config of the plugin to check.")
 
 
-def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None) -> FastAPI:
+def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None, replicators: Any = None
+               ) -> FastAPI:
     """The ASGI application over ``herder``."""
     app = FastAPI(title="connect-bridge worker", version=VERSION,
                   description="Kafka Connect's REST API over a Spark-based cross-broker connector worker.")
@@ -361,4 +362,49 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         count = sum(len(c["value"]["errors"]) for c in configs)
         return {"name": info.target.replace(":", "."), "error_count": count, "groups": ["Common"], "configs": configs}
 
+    if replicators is not None:
+        _replicator_routes(app, replicators, metrics)
     return app
+
+
+_REPLICATOR = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["namespace", "type", "region", "topicMapping", "replicationProperties"],
+    "properties": {"namespace": {"type": "string"}, "type": {"type": "string", "enum": ["kafka", "pulsar", "rocketmq"]},
+                   "region": {"type": "string"}, "source": {"type": "object", "additionalProperties": {"type": "string"}},
+                   "topicMapping": {"type": "object", "additionalProperties": {"type": "string"}},
+                   "replicationProperties": {"type": "object", "additionalProperties": {"type": "string"}},
+                   "authPlugin": {"type": "string"},
+                   "authParam": {"type": "object", "additionalProperties": {"type": "string"}},
+                   "config": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}
+
+
+def _replicator_routes(app: FastAPI, replicators: Any, metrics: Any) -> None:
+    """PIP-18 onboarding (``worker.replicators``): add, list, inspect, remove, per-topic start/stop, stats."""
+    call = run_in_threadpool
+
+    @app.post("/replicators", status_code=201, openapi_extra=_REPLICATOR)
+    async def add_replicator(request: Request):
+        return await call(replicators.add, await _body(request))
+
+    @app.get("/replicators")
+    async def list_replicators():
+        return await call(replicators.list)
+
+    @app.get("/replicators/{rid}")
+    async def get_replicator(rid: str):
+        return await call(replicators.get, rid)
+
+    @app.delete("/replicators/{rid}", status_code=204)
+    async def remove_replicator(rid: str):
+        await call(replicators.remove, rid)
+        return Response(status_code=204)
+
+    @app.get("/replicators/{rid}/stats")
+    async def replicator_stats(rid: str):
+        return await call(replicators.stats, rid, metrics)
+
+    @app.put("/replicators/{rid}/topics/{topic}/{action}", status_code=202)
+    async def replicator_topic(rid: str, topic: str, action: str):
+        if action not in ("start", "stop"):
+            raise ConnectorNotFound(f"No action {action!r} (start or stop)")
+        return await call(replicators.set_topic, rid, topic, action)

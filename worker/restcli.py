@@ -210,9 +210,10 @@ _CONN_PARAMS = [
 _CONN_NAMES = [p.name for p in _CONN_PARAMS]
 
 
-def _command(name: str | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register ``fn(client, ...)`` as a command that also takes the connection options, and turn
-    the worker's errors into exit codes (1: error answer, 3: unreachable)."""
+def _command(name: str | None = None, on: typer.Typer | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register ``fn(client, ...)`` as a command (of ``on``, default ``connect connectors``) that also
+    takes the connection options, and turn the worker's errors into exit codes (1: error answer,
+    3: unreachable)."""
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(fn, eval_str=True)
@@ -236,7 +237,7 @@ def _command(name: str | None = None) -> Callable[[Callable[..., None]], Callabl
 
         command.__signature__ = signature.replace(parameters=params + _CONN_PARAMS)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params + _CONN_PARAMS}
-        return app.command(name)(command)
+        return (on or app).command(name)(command)
 
     return decorate
 

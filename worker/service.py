@@ -39,6 +39,8 @@ WORKER_CONFIG = (
     .define("rest.tls.keyfile", Type.STRING, "", "PEM private key of rest.tls.certfile.")
     .define("rest.tls.keyfile.password", Type.PASSWORD, "", "Password of an encrypted rest.tls.keyfile.")
     .define("data.dir", Type.STRING, "data", "Where the embedded stores (SQLite) live; locked by this worker.")
+    .define("replicators.keystore.root", Type.STRING, "", "Where replicator onboarding (PIP-18) has the authPlugin "
+            "keep credentials: <root>/<replicator id> (default: <data.dir>/keystore, absolute).")
     .define("store", Type.STRING, "sqlite", "sqlite: embedded stores in data.dir; kafka: compacted topics.",
             validator=one_of("sqlite", "kafka"))
     .define("store.kafka.bootstrap.servers", Type.STRING, "", "Kafka cluster holding the stores (store=kafka).")
@@ -176,7 +178,11 @@ class Worker:
         redactor.add(v for k, v in c.raw.items() if v and WORKER_CONFIG.is_secret(k))
         install_log_redaction(redactor)
         auth = RestAuth(c.get("rest.auth.token"), c.get("rest.auth.user"), c.get("rest.auth.password"))
-        app = create_app(self.herder, auth=auth, metrics=self.metrics)
+        from worker.replicators import Replicators
+
+        root = c.get("replicators.keystore.root") or os.path.join(os.path.abspath(c.get("data.dir")), "keystore")
+        self.replicators = Replicators(self.herder, self.providers, root)
+        app = create_app(self.herder, auth=auth, metrics=self.metrics, replicators=self.replicators)
         tls = {}
         if c.get("rest.tls.certfile"):
             tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
