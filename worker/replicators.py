@@ -110,7 +110,7 @@ class Replicators:
             raise BadRequest("$.authPlugin: authParam needs the keystore plugin that keeps it")
         if plugin and plugin not in self.providers:
             raise BadRequest(f"$.authPlugin: {plugin!r} is not a config provider of this worker "
-                             f"(config.providers: {', '.join(self.providers.names()) or 'none'})")
+                             f"(config.providers: {', '.join(self.providers.names) or 'none'})")
         rid = f"{kind}.{_safe(region)}.{_safe(namespace)}"
         if self._connectors(rid):
             raise BadRequest(f"$: replicator {rid} exists already (remove it first)")

@@ -20,8 +20,9 @@ What it serves, with the apache/rocketmq class each behaviour follows:
   min/max offset, search by timestamp, earliest store time, view message by commit-log offset;
 - clients (``ClientManageProcessor``): heartbeats (subscription groups and retry topics created),
   unregister, consumer list by group, queue locks for orderly consumers, NOTIFY_CONSUMER_IDS_CHANGED;
-- admin (``AdminBrokerProcessor``): create/update and list topic configs, topic config, topic
-  stats, consume stats, subscription groups;
+- admin (``AdminBrokerProcessor``): create/update, list and delete topic configs and subscription
+  groups, topic config, topic stats, consume stats; DELETE_TOPIC_IN_NAMESRV (routes come from the
+  broker's own topic table, so there is nothing more to drop);
 - ACL (``PlainAccessValidator``), when accounts are configured: every request must carry an
   ``AccessKey`` of a known account and its ``Signature``.
 
@@ -168,6 +169,7 @@ class Broker:
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self._create_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self._all_groups,
             215: self._delete_topic,  # DELETE_TOPIC_IN_BROKER
+            216: self._delete_route,  # DELETE_TOPIC_IN_NAMESRV
             207: self._delete_group,  # DELETE_SUBSCRIPTIONGROUP
         }
 
@@ -615,6 +617,12 @@ class Broker:
         topic = _field(cmd, "topic")
         if self.store.topics.pop(topic, None) is not None:
             self.store.save_topics()
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _delete_route(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
+        """``DefaultRequestProcessor.deleteTopicInNamesrv``: the name server here routes from this
+        broker's own topic table, so DELETE_TOPIC_IN_BROKER removed the route already."""
+        _field(cmd, "topic")
         return cmd.response(ResponseCode.SUCCESS)
 
     def _all_topic_configs(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:

@@ -82,6 +82,9 @@ CHECK_TRANSACTION_STATE = 39
 RESET_CONSUMER_CLIENT_OFFSET = 220
 GET_CONSUMER_STATUS_FROM_CLIENT = 221
 CONSUME_MESSAGE_DIRECTLY = 309
+DELETE_SUBSCRIPTIONGROUP = 207
+DELETE_TOPIC_IN_BROKER = 215
+DELETE_TOPIC_IN_NAMESRV = 216
 # ResponseCode constants protocol.ResponseCode does not define (apache/rocketmq ResponseCode, 5.x).
 FLOW_CONTROL = 215
 
@@ -99,7 +102,10 @@ _REQUEST_NAMES = {v: k for k, v in vars(RequestCode).items() if k.isupper() and 
 _REQUEST_NAMES.update({CHECK_TRANSACTION_STATE: "CHECK_TRANSACTION_STATE",
                        RESET_CONSUMER_CLIENT_OFFSET: "RESET_CONSUMER_CLIENT_OFFSET",
                        GET_CONSUMER_STATUS_FROM_CLIENT: "GET_CONSUMER_STATUS_FROM_CLIENT",
-                       CONSUME_MESSAGE_DIRECTLY: "CONSUME_MESSAGE_DIRECTLY"})
+                       CONSUME_MESSAGE_DIRECTLY: "CONSUME_MESSAGE_DIRECTLY",
+                       DELETE_SUBSCRIPTIONGROUP: "DELETE_SUBSCRIPTIONGROUP",
+                       DELETE_TOPIC_IN_BROKER: "DELETE_TOPIC_IN_BROKER",
+                       DELETE_TOPIC_IN_NAMESRV: "DELETE_TOPIC_IN_NAMESRV"})
 
 
 def _request_name(code: int) -> str:
@@ -1172,15 +1178,64 @@ class RocketMQClient:
     async def subscription_groups(self, broker_addr: str, *, timeout: float | None = None) -> list[str]:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (no header; body ``SubscriptionGroupWrapper``): the
         sorted names of the broker's subscription groups (its ``subscriptionGroupTable``)."""
+        return sorted(await self.subscription_group_configs(broker_addr, timeout=timeout))
+
+    async def subscription_group_configs(self, broker_addr: str, *, timeout: float | None = None
+                                         ) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (no header; body ``SubscriptionGroupWrapper``): group name
+        -> its ``SubscriptionGroupConfig`` as the broker wrote it (groupName, consumeEnable,
+        retryQueueNums, retryMaxTimes, brokerId, ...; 5.x adds groupRetryPolicy, attributes...)."""
         response = await self.invoke(broker_addr, self._request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), timeout)
         if response.code != ResponseCode.SUCCESS:
             raise _broker_error("subscription group listing", broker_addr, response)
         try:
             doc = _obj(parse_fastjson(response.body or b"{}"), "SubscriptionGroupWrapper body")
             table = _obj(doc.get("subscriptionGroupTable") or {}, "SubscriptionGroupWrapper body: subscriptionGroupTable")
+            return {str(name): dict(_obj(cfg, f"subscriptionGroupTable[{name!r}]")) for name, cfg in table.items()}
         except ProtocolError as exc:
             raise ConnectError(f"subscription group listing on {broker_addr}: {exc}") from None
-        return sorted(str(name) for name in table)
+
+    async def create_subscription_group(self, broker_addr: str, config: Mapping[str, Any], *,
+                                        timeout: float | None = None) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (no header; body ``SubscriptionGroupConfig`` JSON, which
+        must hold ``groupName``; ``MQClientAPIImpl.createSubscriptionGroup``); creates or replaces."""
+        group = config.get("groupName")
+        if not group:
+            raise ConnectError("subscription group creation: the config has no groupName")
+        body = orjson.dumps(dict(config), option=orjson.OPT_SORT_KEYS)
+        response = await self.invoke(broker_addr, self._request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                                                body=body), timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise _broker_error(f"creation of subscription group {group!r}", broker_addr, response)
+
+    async def delete_subscription_group(self, broker_addr: str, group: str, *, clean_offset: bool = False,
+                                        timeout: float | None = None) -> None:
+        """DELETE_SUBSCRIPTIONGROUP (``DeleteSubscriptionGroupRequestHeader``: groupName; 5.x also
+        cleanOffset, to drop the group's consumer offsets too - 4.x brokers ignore it)."""
+        fields = {"groupName": group, "cleanOffset": clean_offset or None}
+        response = await self.invoke(broker_addr, self._request(DELETE_SUBSCRIPTIONGROUP, fields), timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise _broker_error(f"deletion of subscription group {group!r}", broker_addr, response)
+
+    async def delete_topic_in_broker(self, broker_addr: str, topic: str, *, timeout: float | None = None) -> None:
+        """DELETE_TOPIC_IN_BROKER (``DeleteTopicRequestHeader``: topic): the broker drops the topic's
+        config (and, a Java broker, its queues). The name servers keep routing it until
+        :meth:`delete_topic_in_namesrv` (``MQAdminExt.deleteTopic`` calls both)."""
+        response = await self.invoke(broker_addr, self._request(DELETE_TOPIC_IN_BROKER, {"topic": topic}), timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise _broker_error(f"deletion of topic {topic!r}", broker_addr, response)
+
+    async def delete_topic_in_namesrv(self, topic: str, *, cluster: str | None = None,
+                                      timeout: float | None = None) -> None:
+        """DELETE_TOPIC_IN_NAMESRV (``DeleteTopicFromNamesrvRequestHeader``: topic; 5.x also
+        clusterName) on every name server, as ``DefaultMQAdminExtImpl.deleteTopicInNameServer`` does."""
+        if not self.namesrv_addrs:
+            raise ConnectError("DELETE_TOPIC_IN_NAMESRV: no name server address configured")
+        for addr in self.namesrv_addrs:
+            response = await self.invoke(addr, self._request(DELETE_TOPIC_IN_NAMESRV,
+                                                             {"topic": topic, "clusterName": cluster}), timeout)
+            if response.code != ResponseCode.SUCCESS:
+                raise _broker_error(f"deletion of the route of topic {topic!r}", addr, response)
 
     async def consumer_ids(self, broker_addr: str, group: str, *, timeout: float | None = None) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP (``GetConsumerListByGroupRequestHeader``: consumerGroup; body
@@ -1303,6 +1358,21 @@ class SyncRocketMQClient:
 
     def subscription_groups(self, *args: Any, **kwargs: Any) -> list[str]:
         return self._call(self.client.subscription_groups(*args, **kwargs))
+
+    def subscription_group_configs(self, *args: Any, **kwargs: Any) -> dict[str, dict[str, Any]]:
+        return self._call(self.client.subscription_group_configs(*args, **kwargs))
+
+    def create_subscription_group(self, *args: Any, **kwargs: Any) -> None:
+        return self._call(self.client.create_subscription_group(*args, **kwargs))
+
+    def delete_subscription_group(self, *args: Any, **kwargs: Any) -> None:
+        return self._call(self.client.delete_subscription_group(*args, **kwargs))
+
+    def delete_topic_in_broker(self, *args: Any, **kwargs: Any) -> None:
+        return self._call(self.client.delete_topic_in_broker(*args, **kwargs))
+
+    def delete_topic_in_namesrv(self, *args: Any, **kwargs: Any) -> None:
+        return self._call(self.client.delete_topic_in_namesrv(*args, **kwargs))
 
     def consumer_ids(self, *args: Any, **kwargs: Any) -> list[str]:
         return self._call(self.client.consumer_ids(*args, **kwargs))
