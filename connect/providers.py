@@ -402,10 +402,12 @@ class DirectoryConfigProvider(ConfigProvider):
     def store(self, path: str, values: Mapping[str, str]) -> None:
         """One file per key in directory ``path`` (created 0700; files 0600, written atomically)."""
         _check_allowed(self._allowed, path)
+        bad = [key for key in values if key in (".", "..") or "/" in key or os.sep in key or not key
+               or key.endswith(".tmp")]
+        if bad:  # checked before anything is written
+            raise ConfigError([ConfigIssue(f"authParam.{key}", None, "not a plain file name") for key in bad])
         os.makedirs(path, mode=0o700, exist_ok=True)
         for key, value in values.items():
-            if key in (".", "..") or "/" in key or os.sep in key or not key:
-                raise ConfigError([ConfigIssue(f"authParam.{key}", None, "not a plain file name")])
             target = os.path.join(path, key)
             temp = f"{target}.tmp"
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -31,7 +31,9 @@ and rate of the last epoch, lag, failures.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from typing import Any, Mapping
 
 from connect.errors import ConfigError, ConnectError
@@ -78,9 +80,23 @@ class Replicators:
         self.herder = herder
         self.providers = providers
         self.root = keystore_root.rstrip("/")
+        self._lock = threading.Lock()  # one add or remove at a time: the id check and the keystore agree
+
+    def _path(self, rid: str) -> str:
+        """The keystore path of a replicator: directly under the root, whatever the id holds."""
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", rid) or rid in (".", ".."):
+            raise BadRequest(f"{rid!r} is not a replicator id (<type>.<region>.<namespace>, letters, digits, _.-)")
+        path = f"{self.root}/{rid}"
+        if os.path.dirname(os.path.normpath(path)) != os.path.normpath(self.root):
+            raise BadRequest(f"{rid!r} is not a replicator id")
+        return path
 
     # -- add / remove ------------------------------------------------------------------------------
     def add(self, body: Any) -> dict[str, Any]:
+        with self._lock:
+            return self._add(body)
+
+    def _add(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise BadRequest(f"$: a JSON object expected, got {type(body).__name__}")
         namespace = _text(body, "namespace")
@@ -106,6 +122,8 @@ class Replicators:
                                  "source and target keys go in source and replicationProperties")
         auth = _strings(body.get("authParam"), "$.authParam")
         plugin = body.get("authPlugin") or ""
+        if not isinstance(plugin, str):
+            raise BadRequest(f"$.authPlugin: a config provider name expected, got {type(plugin).__name__}")
         if auth and not plugin:
             raise BadRequest("$.authPlugin: authParam needs the keystore plugin that keeps it")
         if plugin and plugin not in self.providers:
@@ -114,16 +132,16 @@ class Replicators:
         rid = f"{kind}.{_safe(region)}.{_safe(namespace)}"
         if self._connectors(rid):
             raise BadRequest(f"$: replicator {rid} exists already (remove it first)")
-        path = f"{self.root}/{rid}"
+        path = self._path(rid)
         secrets = {k: f"${{{plugin}:{path}:{k}}}" for k in auth}
         if auth:
             self.herder.redactor.add(auth.values())  # never in logs, traces or errors
             try:
                 self.providers[plugin].store(path, auth)
-            except ConfigError as exc:
-                raise BadRequest(f"$.authPlugin: {exc}") from None
-            except OSError as exc:
-                raise BadRequest(f"$.authPlugin: the {plugin} keystore cannot keep the credentials: {exc}") from None
+            except (ConfigError, OSError) as exc:
+                self.providers[plugin].remove(path)  # nothing half-written stays behind
+                why = exc if isinstance(exc, ConfigError) else f"the {plugin} keystore cannot keep the credentials: {exc}"
+                raise BadRequest(f"$.authParam: {why}") from None
         created = []
         try:
             for topic, target in mapping.items():
@@ -157,6 +175,11 @@ class Replicators:
         return config
 
     def remove(self, rid: str) -> None:
+        with self._lock:
+            self._remove(rid)
+
+    def _remove(self, rid: str) -> None:
+        path = self._path(rid)
         names = self._connectors(rid)
         if not names:
             raise ConnectorNotFound(f"Replicator {rid} not found")
@@ -165,7 +188,7 @@ class Replicators:
             config = self.herder.info(name)["config"]
             for value in config.values():
                 match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_-]*):(.+):[^:}]+\}", str(value))
-                if match and match.group(2) == f"{self.root}/{rid}":
+                if match and match.group(2) == path:
                     plugin_paths.add((match.group(1), match.group(2)))
             self.herder.delete(name)
         for plugin, path in plugin_paths:

@@ -10,9 +10,12 @@ import itertools
 import os
 import sys
 import threading
+import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from connect.tasks.results import EpochResult
 from worker.classarchive import ClassArchive
@@ -205,6 +208,46 @@ class ClaimBook:
                 self._where[pair] = where
 
 
+class SlotGate:
+    """First come, first served admission of epochs to the application's task slots.
+
+    Each connector submits its next epoch as soon as one ends, each in its own FAIR pool. When more
+    task pairs want to run than there are slots, Spark's FAIR scheduler breaks the tie between
+    pools that run nothing by pool name, so the connectors whose names sort last would hardly ever
+    get a slot. The gate lets an epoch's job in only when its pairs fit in the free slots and every
+    job that asked before it is in: a connector waits at most for the jobs queued ahead of it. A job
+    wider than the application takes every slot."""
+
+    def __init__(self, slots: Callable[[], int]):
+        self._slots = slots
+        self._cond = threading.Condition()
+        self._used = 0
+        self._queue: deque[object] = deque()
+
+    @contextmanager
+    def admit(self, pairs: int) -> Iterator[None]:
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            try:
+                while True:
+                    total = max(self._slots(), 1)
+                    want = min(max(pairs, 1), total)
+                    if self._queue[0] is ticket and self._used + want <= total:
+                        break
+                    self._cond.wait(0.5)
+            finally:  # admitted or not (an error, an interrupt), the ticket leaves the queue
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+            self._used += want
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._used -= want
+                self._cond.notify_all()
+
+
 class SparkExecutor:
     """Runs one epoch of a connector's task pairs as one Spark job, one partition per pair.
 
@@ -220,6 +263,19 @@ class SparkExecutor:
         self.claims = ClaimBook()
         self.control: ControlAddress | None = None
         self._jobs = itertools.count()
+        self.gate = SlotGate(self._slot_count)
+        self._slots = (0, 0.0)  # (count, when read)
+
+    def _slot_count(self) -> int:
+        """The application's task slots (local[N]: N; a cluster: its executors' cores), read again every 5 s."""
+        count, when = self._slots
+        if time.monotonic() - when > 5.0:
+            try:
+                count = int(self.sc.defaultParallelism)
+            except Exception:  # noqa: BLE001 - a py4j hiccup: keep the last count
+                count = count or 1
+            self._slots = (count, time.monotonic())
+        return count
 
     @property
     def spark(self) -> SparkApp:
@@ -245,11 +301,12 @@ class SparkExecutor:
         sc = self.sc
         sc.setLocalProperty("spark.scheduler.pool", pool or "default")
         sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
-        self.claims.open(job.job, [pair_id(s.connector, s.task) for s in specs])
-        try:
-            results = (sc.parallelize(range(len(specs)), len(specs))
-                       .map(lambda i: run_claimed_epoch(i, specs, job)).collect())
-            self.claims.ran(results)
-            return results
-        finally:
-            self.claims.close(job.job)
+        with self.gate.admit(len(specs)):
+            self.claims.open(job.job, [pair_id(s.connector, s.task) for s in specs])
+            try:
+                results = (sc.parallelize(range(len(specs)), len(specs))
+                           .map(lambda i: run_claimed_epoch(i, specs, job)).collect())
+                self.claims.ran(results)
+                return results
+            finally:
+                self.claims.close(job.job)

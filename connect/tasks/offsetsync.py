@@ -38,16 +38,30 @@ log = logging.getLogger(__name__)
 
 
 class AckedPositions:
-    """Fed by a sink's acknowledgements: the newest stored record per (source partition, target partition)."""
+    """Fed by a sink's acknowledgements: the newest stored record per (source partition, target partition).
 
-    __slots__ = ("latest",)
+    A sync must say "every later record of this source partition is stored after ``d``", which holds
+    for records that land in the order they were sent. A record sent *again* (a transient failure
+    re-sent by the runner, a batch the sink re-sends record by record) may land after records that
+    were polled later, so its acknowledgement is not used: the runner and the sinks mark such records
+    with ``resent`` before sending them again. And an entry only moves when its target position grows
+    - acknowledgements served out of order never move it back."""
+
+    __slots__ = ("latest", "resent")
 
     def __init__(self) -> None:
         # (id(source partition), target topic, label) -> [source partition, source offset, target position]
         self.latest: dict[tuple, list] = {}
+        self.resent: set[int] = set()  # id() of records sent again: their acknowledgements are not used
+
+    def mark_resent(self, records) -> None:
+        self.resent.update(map(id, records))
 
     def ack(self, record: ConnectRecord, topic: str, label: Any, position: Any) -> None:
         """``record`` is stored at ``position`` of ``(topic, label)`` (called once per acknowledged record)."""
+        if self.resent and id(record) in self.resent:
+            self.resent.discard(id(record))
+            return
         key = (id(record.source_partition), topic, label)
         entry = self.latest.get(key)
         if entry is None:

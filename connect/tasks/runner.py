@@ -430,6 +430,8 @@ class TaskPairRunner:
             return
         batch, self._resend = self._resend, []
         stats.retries += len(batch)
+        if self.sink.context.positions is not None:  # may land after later records: no offset sync from them
+            self.sink.context.positions.mark_resent(batch)
         try:
             self.sink.put(batch)
         except RetriableError as exc:  # nothing of the batch was taken: keep it, in front

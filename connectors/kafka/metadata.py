@@ -224,6 +224,13 @@ def target_acl(data: Mapping[str, Any]) -> AclDecision:
     return AclDecision("READ" if operation == "ALL" else operation, "")
 
 
+def acl_binding(data: Mapping[str, Any], operation: str, topic: str) -> AclBinding:
+    """The target's binding for a copied ACL: ``operation`` as ``target_acl`` decided, the source
+    binding's own permission (a DENY stays a DENY)."""
+    return AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, data["principal"], data["host"],
+                      AclOperation[operation], AclPermissionType[str(data["permission"]).upper()])
+
+
 def local_topic_name(name: str) -> str:
     """A source topic name as a Kafka cluster names it: a Pulsar ``persistent://t/ns/x`` (or ``t/ns/x``)
     is ``x``; Kafka and RocketMQ names are kept."""
@@ -674,9 +681,7 @@ class KafkaMetadataSinkTask(SinkTask):
             self._counts["acls_skipped"] += 1
             log.debug("ACL %s not copied: %s", event.resource_name, decision.reason)
             return
-        data = event.data
-        binding = AclBinding(ResourceType.TOPIC, self._target(data["topic"]), ResourcePatternType.LITERAL,
-                             data["principal"], data["host"], AclOperation[decision.operation], AclPermissionType.ALLOW)
+        binding = acl_binding(event.data, decision.operation, self._target(event.data["topic"]))
         timeout = self._admin.timeout()
         what = f"create the ACL {binding}"
         try:

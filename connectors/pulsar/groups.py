@@ -153,13 +153,20 @@ class PulsarGroups(GroupPositions):
 
     def _peek(self, consumer, name: str, group: str) -> Position | None:
         """The id of the first message the subscription has not acknowledged; None when nothing
-        arrives within peek.timeout.ms (the subscription is at the end)."""
-        try:
-            message = consumer.receive(timeout_millis=self._peek_ms)
-        except self._pulsar.Timeout:
+        arrives within peek.timeout.ms - asked twice, the second time waiting three times as long, so
+        a slow dispatch (cold reads, a rate limit) is not taken for a subscription at its end, which
+        would translate past records it has not consumed."""
+        message = None
+        for wait_ms in (self._peek_ms, 3 * self._peek_ms):
+            try:
+                message = consumer.receive(timeout_millis=wait_ms)
+                break
+            except self._pulsar.Timeout:
+                continue
+            except Exception as exc:  # noqa: BLE001
+                raise RetriableError(f"cannot read the position of subscription {group} of {name}: {exc}") from exc
+        if message is None:
             return None
-        except Exception as exc:  # noqa: BLE001
-            raise RetriableError(f"cannot read the position of subscription {group} of {name}: {exc}") from exc
         mid = message.message_id()
         return mid.ledger_id(), mid.entry_id(), mid.batch_index()
 

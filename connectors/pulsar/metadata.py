@@ -103,8 +103,27 @@ class AdminError(ConnectError):
         self.status = status
 
 
+_NAME_PART = re.compile(r"[A-Za-z0-9_.=:-]+")
+
+
+def check_resource_name(resource: str, name: str) -> None:
+    """A tenant (``t``), namespace (``t/ns``) or topic (``persistent://t/ns/x``) name, each part
+    made of the characters Pulsar allows and never ``.`` or ``..`` (which would address other admin
+    endpoints); ValueError with the JSON path otherwise."""
+    body = name.split("://", 1)[1] if resource == "Topics" and "://" in name else name
+    parts = body.split("/")
+    wanted = {"Tenants": 1, "Namespaces": 2, "Topics": 3}[resource]
+    if len(parts) != wanted or any(p in (".", "..") or not _NAME_PART.fullmatch(p) for p in parts):
+        shape = {"Tenants": "tenant", "Namespaces": "tenant/namespace", "Topics": "persistent://tenant/namespace/topic"}
+        raise ValueError(f"$.resourceName: {name!r} is not a {shape[resource]} name (letters, digits and _.=:- "
+                         "only, no '.' or '..' parts)")
+
+
 def _seg(name: str) -> str:
-    return "/".join(quote(part, safe="") for part in name.split("/"))
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"$.resourceName: {name!r} has an empty, '.' or '..' part")
+    return "/".join(quote(part, safe="") for part in parts)
 
 
 def _topic_path(topic: str) -> str:
@@ -596,6 +615,7 @@ class PulsarMetadataSinkTask(SinkTask):
         if ev.resource not in _ORDER:
             self.counts["metadata.unsupported"] += 1  # SubscriptionGroups, Acls: no Pulsar counterpart here
             return
+        check_resource_name(ev.resource, ev.resource_name)
         if ev.data is not None:
             if ev.resource == "Tenants":
                 _check_names(ev.data, "adminRoles")
@@ -688,6 +708,7 @@ class PulsarMetadataSinkTask(SinkTask):
         if ev.type == "Deleted":
             self.counts["metadata.topics.deletes.ignored"] += 1  # metadata never deletes a topic (and its data)
             return
+        check_resource_name("Topics", self._topic_name(ev.resource_name))
         data = ev.data or {}
         _check_int(data.get("partitions"), "$.data.partitions", 0)
         broker = data.get("broker")

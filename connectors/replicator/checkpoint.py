@@ -14,10 +14,11 @@ The ``checkpoint`` source runs in a pipeline whose sink writes to the *target* c
 3. it emits a checkpoint record per (group, source partition, target partition) whose
    translation changed: value ``{"group", "source": {"alias", "topic", "partition", "position"},
    "target": {"alias", "topic", "partition", "position", "inclusive"}, "ts"}``, key
-   ``<group>:<target topic>:<target partition>`` - to ``checkpoints.topic``;
+   ``<group>:<source partition>:<target topic>:<target partition>`` - to ``checkpoints.topic``;
 4. with ``sync.group.offsets.enabled`` it also moves the same groups in the target cluster to the
    translated positions, forward only and only while those groups are inactive (Kafka: no
-   members; Pulsar: no consumer on the subscription), as MirrorMaker 2 does.
+   members; Pulsar: no consumer on the subscription), as MirrorMaker 2 does. A target partition
+   fed by several source partitions moves only once each of them translates (to the lowest).
 
 Positions are broker-specific and opaque (Kafka offset, RocketMQ queue offset, Pulsar message id),
 so every pair of brokers translates, cross-broker ones included. Groups are chosen by ``groups``
@@ -40,7 +41,7 @@ import orjson
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
-from connect.records import ConnectRecord, make_record
+from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
 from connect.tasks.offsetsync import decode_sync
 from connectors.replicator.groups import GROUP_BACKENDS, GroupPositions, cluster_groups
@@ -146,7 +147,7 @@ class CheckpointSourceTask(SourceTask):
         self._next_at = time.monotonic()
         self.counts = {"checkpoint.syncs": 0, "checkpoint.syncs.invalid": 0, "checkpoint.syncs.other.flows": 0,
                        "checkpoint.groups": 0, "checkpoint.emitted": 0, "checkpoint.untranslated": 0,
-                       "checkpoint.groups.busy": 0, "checkpoint.applied": 0}
+                       "checkpoint.groups.busy": 0, "checkpoint.applied": 0, "checkpoint.targets.incomplete": 0}
 
     # -- syncs -------------------------------------------------------------------------------
     def _read_syncs(self, until: float) -> None:
@@ -175,7 +176,7 @@ class CheckpointSourceTask(SourceTask):
         if positions is None:
             self.counts["checkpoint.groups.busy"] += 1
             return
-        lowest: dict[tuple, Translation] = {}
+        per_target: dict[tuple, dict[str, Translation]] = {}  # target -> source key -> translation
         for source_key, (sp, next_key) in positions.items():
             if not self.store.knows(source_key):
                 continue
@@ -184,15 +185,25 @@ class CheckpointSourceTask(SourceTask):
                 self.counts["checkpoint.untranslated"] += 1
                 continue
             for target, t in translated.items():
-                held = lowest.get(target)
-                if held is None or t.sort_key() < held.sort_key():
-                    lowest[target] = t
+                per_target.setdefault(target, {})[source_key] = t
                 memo = (group, source_key, target)
                 if self._emitted.get(memo) == (next_key, t):
                     continue
                 self._emitted[memo] = (next_key, t)
                 out.append(self._record(group, sp, next_key, target, t, ts))
-        if self.downstream is not None and lowest:
+        if self.downstream is None or not per_target:
+            return
+        # A target partition fed by several source partitions moves only when every one of them
+        # translated (to the lowest of their translations): one left out could have records there
+        # before the others' positions.
+        lowest: dict[tuple, Translation] = {}
+        for target, by_source in per_target.items():
+            missing = self.store.sources_of(target) - by_source.keys()
+            if missing:
+                self.counts["checkpoint.targets.incomplete"] += 1
+                continue
+            lowest[target] = min(by_source.values(), key=Translation.sort_key)
+        if lowest:
             moved = self.downstream.apply(group, lowest)
             self.counts["checkpoint.applied"] += len(moved)
             if moved:
@@ -206,7 +217,7 @@ class CheckpointSourceTask(SourceTask):
             "target": {"alias": self.downstream_alias, "topic": target[0], "partition": target[1],
                        "position": t.position, "inclusive": t.inclusive},
             "ts": ts})
-        key = f"{group}:{target[0]}:{target[1]}".encode()
+        key = f"{group}:{partition_key(sp)}:{target[0]}:{target[1]}".encode()
         self.counts["checkpoint.emitted"] += 1
         return make_record(self.topic, key, value, None, ts, self.partition, {"ts": ts}, 0)
 

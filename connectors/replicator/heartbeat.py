@@ -102,6 +102,11 @@ class HeartbeatSourceTask(SourceTask):
                 continue
             self._newest[beat[0]] = beat[1]
             self.inbound[beat[0]] = max(arrived - beat[1], 0.0)
+        # A link that stopped delivering has no current latency to echo (the monitor there then
+        # stops reporting a round trip instead of repeating an old one).
+        stale = arrived - max(10 * self.interval * 1000, 30_000)
+        for alias in [a for a, ts in self._newest.items() if ts < stale]:
+            self.inbound.pop(alias, None)
 
     def poll(self) -> Sequence[ConnectRecord]:
         if self.tail is not None:
@@ -174,6 +179,8 @@ class HeartbeatSinkTask(SinkTask):
                 back = inbound.get(self.alias) if self.alias else None
                 if isinstance(back, (int, float)):
                     link["round_trip_ms"] = link["latency_ms"] + float(back)
+                else:  # the other side no longer hears from here: no round trip to report
+                    link.pop("round_trip_ms", None)
 
     def flush(self, offsets) -> None:
         return None

@@ -117,3 +117,7 @@ class SyncStore:
 
     def knows(self, source_key: str) -> bool:
         return source_key in self._syncs
+
+    def sources_of(self, target: tuple) -> set[str]:
+        """Every source partition (key) known to feed ``target`` (topic, label)."""
+        return {key for key, per_target in self._syncs.items() if target in per_target}

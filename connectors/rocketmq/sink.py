@@ -283,6 +283,8 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 self._targets = {k: t for k, t in self._targets.items() if t is not target}  # route looked up again
             elif n > 1:
                 # Refused as a batch: each record on its own, so only those the broker refuses fail.
+                if self.context.positions is not None:  # sent after later batches: no offset syncs from them
+                    self.context.positions.mark_resent(records)
                 for r, m in zip(records, messages, strict=True):
                     self._send([target, index, [r], [m], len(m[0])], gen)  # still counted by their checkpoint
             else:

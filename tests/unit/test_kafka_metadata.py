@@ -82,8 +82,17 @@ def test_allow_acls_mm2_rules(operation, expected):
 
 
 def test_deny_acls_are_copied_as_they_are():  # MM2: a denial is never dropped (access would widen)
+    from confluent_kafka.admin import AclOperation, AclPermissionType
+
     for operation in ("READ", "ALL", "WRITE"):
-        assert km.target_acl(acl(operation, "DENY")).operation == operation
+        data = acl(operation, "DENY")
+        decision = km.target_acl(data)
+        assert decision.operation == operation
+        binding = km.acl_binding(data, decision.operation, "orders-copy")
+        assert binding.permission_type == AclPermissionType.DENY and binding.operation == AclOperation[operation]
+        assert binding.name == "orders-copy"
+    binding = km.acl_binding(acl("ALL"), km.target_acl(acl("ALL")).operation, "t")
+    assert binding.permission_type == AclPermissionType.ALLOW and binding.operation == AclOperation.READ
 
 
 @pytest.mark.parametrize("data, reason", [(acl(patternType="PREFIXED"), "PREFIXED"), (acl("WRITE"), "WRITE")])

@@ -146,3 +146,61 @@ def test_positions_as_json_lists_come_back_as_tuples():
                           "target": {"alias": "B", "topic": "t", "partition": ["broker-a", 3], "position": [1, 2, -1]}})
     d = decode_sync(value)
     assert d.label == ("broker-a", 3) and d.position == (1, 2, -1)
+
+
+def test_a_record_sent_again_gives_no_sync():
+    # 10 failed transiently while 11..20 landed at 100..109; 10 sent again lands at 110: a sync (10 -> 110)
+    # would translate a group at 15 to "after 110" and skip 11..14
+    acked = AckedPositions()
+    acked.ack(rec(20), "orders", 0, 109)
+    acked.mark_resent([r10 := rec(10)])
+    acked.ack(r10, "orders", 0, 110)
+    [(_sp, offset, position)] = acked.latest.values()
+    assert (offset, position) == ({"offset": 20}, 109)
+    assert not acked.resent  # forgotten once acknowledged
+
+
+class _Upstream:
+    def __init__(self, positions):
+        self._positions = positions
+
+    def positions(self, group, topics):
+        return self._positions
+
+
+class _Downstream:
+    def __init__(self):
+        self.applied = []
+
+    def apply(self, group, targets):
+        self.applied.append(dict(targets))
+        return list(targets)
+
+
+def _checkpoint_task(store_, positions):
+    from connectors.replicator.checkpoint import CheckpointSourceTask
+
+    task = CheckpointSourceTask.__new__(CheckpointSourceTask)
+    task.store, task.upstream, task.downstream = store_, _Upstream(positions), _Downstream()
+    task.upstream_alias, task.downstream_alias, task.topic = "A", "B", "checkpoints"
+    task.partition, task._emitted = {"checkpoint": "A->B"}, {}
+    task.counts = {k: 0 for k in ("checkpoint.emitted", "checkpoint.untranslated", "checkpoint.applied",
+                                  "checkpoint.targets.incomplete")}
+    task.context = type("Ctx", (), {"task_id": "cp-0"})()
+    return task
+
+
+def test_a_target_partition_fed_by_two_source_partitions_moves_only_when_both_translate():
+    p0, p1 = {"topic": "orders", "broker": "a", "queue": 0}, {"topic": "orders", "broker": "b", "queue": 0}
+    s = store(sync(100, 500, sp=p0), sync(50, 300, sp=p1))  # both feed ("orders", 0)
+    # p1's group position (10) is before every known sync of p1: untranslated, so the target must not move
+    task = _checkpoint_task(s, {partition_key(p0): (p0, 101), partition_key(p1): (p1, 10)})
+    out = []
+    task._checkpoint_group("g", ["orders"], 1, out)
+    assert task.downstream.applied == [] and task.counts["checkpoint.targets.incomplete"] == 1
+    assert len(out) == 1  # p0's own checkpoint record is still emitted
+    # both translate: the lowest of the two
+    task = _checkpoint_task(s, {partition_key(p0): (p0, 101), partition_key(p1): (p1, 60)})
+    task._checkpoint_group("g", ["orders"], 1, out := [])
+    assert task.downstream.applied == [{("orders", 0): Translation(300, False)}]
+    assert len({r.key for r in out}) == 2  # one key per source partition

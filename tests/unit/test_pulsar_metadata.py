@@ -450,3 +450,16 @@ def test_two_clusters_converge_on_concurrent_updates_with_the_same_time(admins):
         held = admin.snapshot()[1]["acme/orders"]
         assert held["retention_policies"]["retentionTimeInMinutes"] == 3 and stamp_of(held)[1] == "B"
         assert stamp_of(held)[0] > t
+
+
+@pytest.mark.parametrize("resource, name", [
+    ("Tenants", ".."), ("Tenants", "a/b"), ("Namespaces", "t/../../tenants/victim"), ("Namespaces", "t"),
+    ("Namespaces", "t/."), ("Topics", "persistent://t/ns/../x"), ("Tenants", "bad name"),
+])
+def test_names_that_would_reach_other_admin_endpoints_are_refused(resource, name):
+    from connectors.pulsar.metadata import check_resource_name
+
+    with pytest.raises(ValueError, match=r"\$\.resourceName"):
+        check_resource_name(resource, name)
+    check_resource_name("Namespaces", "tenant-a/ns.1")  # ordinary names pass
+    check_resource_name("Topics", "persistent://public/default/orders.v1")
