@@ -8,6 +8,7 @@ share theirs; the last user to release it closes it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from typing import Any, Callable, Hashable
@@ -26,6 +27,20 @@ class SharedClients:
         self._what = what
         self._lock = threading.Lock()
         self._clients: dict[Hashable, list] = {}  # settings -> [client, users]
+        # A client still held when the interpreter exits is closed first: left to the garbage
+        # collector, a pulsar.Client's C++ threads are destroyed while running, which aborts the
+        # process ("terminate called without an active exception").
+        atexit.register(self.close_all)
+
+    def close_all(self) -> None:
+        with self._lock:
+            entries, self._clients = list(self._clients.values()), {}
+        for client, users in entries:
+            log.debug("closing a %s still held by %d user(s) at exit", self._what, users)
+            try:
+                client.close()
+            except Exception as exc:  # noqa: BLE001
+                log.debug("closing a %s: %s", self._what, exc)
 
     def acquire(self, settings: Hashable):
         with self._lock:

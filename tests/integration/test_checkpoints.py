@@ -199,7 +199,7 @@ def _cluster(kind: str, broker):
     return {"kafka": KafkaCluster, "rocketmq": RocketMQCluster, "pulsar": PulsarCluster}[kind](broker)
 
 
-def _translate_and_check(spark, tmp_path, src, dst, topic: str, group: str) -> None:
+def _translate_and_check(spark, tmp_path, src, dst, topic: str, group: str, drivers: list) -> None:
     syncs = f"{topic}-offset-syncs"
     src_topic = src.full(topic) if src.kind == "pulsar" else topic
     mirror = pair_pipeline(f"{topic}-mirror", {**src.side(), "topics": src_topic, "cluster.alias": "S"},
@@ -208,6 +208,7 @@ def _translate_and_check(spark, tmp_path, src, dst, topic: str, group: str) -> N
                            **{"offset.syncs.topic": syncs if dst.kind != "pulsar" else f"persistent://public/default/{syncs}",
                               "offset.syncs.interval.ms": "10", "epoch.max.ms": "700"})
     driver = make_driver(spark, tmp_path / "mirror", mirror)
+    drivers.append(driver)
     per_partition = PER_ROUND // PARTS
     emitted = 0
     for n in range(ROUNDS):  # a round, then epochs until it is copied and its offset syncs are written
@@ -235,6 +236,7 @@ def _translate_and_check(spark, tmp_path, src, dst, topic: str, group: str) -> N
          "checkpoints.topic": f"persistent://public/default/{checkpoints}" if dst.kind == "pulsar" else checkpoints},
         {**dst.side(), **({"auto.create.topics": "true"} if dst.kind == "rocketmq" else {})}, **{"epoch.max.ms": "1000"})
     cdriver = make_driver(spark, tmp_path / "checkpoint", cp)
+    drivers.append(cdriver)
     applied = []
     for _ in range(20):
         results = cdriver.run_epoch()
@@ -274,4 +276,9 @@ def test_checkpoint_translation_resumes_without_gaps(kinds, spark, tmp_path, uni
     group = f"{topic}-g"
     src.create(topic)
     dst.create(topic)
-    _translate_and_check(spark, tmp_path, src, dst, topic, group)
+    drivers: list = []
+    try:
+        _translate_and_check(spark, tmp_path, src, dst, topic, group, drivers)
+    finally:
+        for driver in drivers:  # their connectors hold broker clients
+            driver.close()
