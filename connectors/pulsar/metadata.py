@@ -95,6 +95,10 @@ BROKERS = ("kafka", "pulsar", "rocketmq")
 
 
 # -- the admin REST client ----------------------------------------------------------------------
+class _Deferred(Exception):
+    """An event that cannot apply yet and will come again (in the next snapshot): not counted as applied."""
+
+
 class AdminError(ConnectError):
     """Pulsar's admin API refused a request (a 4xx answer); ``status`` is the HTTP status."""
 
@@ -575,7 +579,7 @@ class PulsarMetadataSinkTask(SinkTask):
         self._warned: set[str] = set()
         self.counts = dict.fromkeys(
             ("metadata.applied", "metadata.stale", "metadata.duplicate", "metadata.own", "metadata.invalid",
-             "metadata.failed", "metadata.retried", "metadata.unsupported", "metadata.fields.ignored",
+             "metadata.failed", "metadata.retried", "metadata.unsupported", "metadata.fields.ignored", "metadata.deferred",
              "metadata.topics.unchanged", "metadata.topics.deletes.ignored"), 0)
 
     def put(self, records: Sequence[ConnectRecord]) -> None:
@@ -638,7 +642,10 @@ class PulsarMetadataSinkTask(SinkTask):
         elif ev.resource == "Tenants":
             self._upsert_tenant(ev, current)
         else:
-            self._upsert_namespace(ev, current)
+            try:
+                self._upsert_namespace(ev, current)
+            except _Deferred:
+                return
         self.counts["metadata.applied"] += 1
 
     def _remember_deletion(self, key: Key, stamp: Stamp) -> None:
@@ -673,6 +680,14 @@ class PulsarMetadataSinkTask(SinkTask):
                 self.admin.create_namespace(ns, body)
                 return
             except AdminError as exc:
+                if exc.status == 404 and self.admin.tenant(ns.split("/", 1)[0]) is None:
+                    # Its tenant is not here yet (a reader that joined mid-snapshot, events of two
+                    # clusters interleaved): the next snapshot brings the tenant first, then this
+                    # namespace again. Holding the event instead would block that snapshot behind it.
+                    self.counts["metadata.deferred"] += 1
+                    log.info("[%s] namespace %s waits for its tenant (the next snapshot brings both)",
+                             self.context.task_id, ns)
+                    raise _Deferred from None
                 if exc.status != 409:
                     raise
             current = self.admin.policies(ns) or {}  # created meanwhile: update it

@@ -278,8 +278,9 @@ def test_transient_failures_report_the_event_and_every_one_after_it(admins):
 def test_refusals_are_reported_as_permanent(admins):
     b = admins()
     task = sink(b)
-    [(_, error)] = put(task, ev("Created", "Namespaces", "ghost/ns", {}, "A", 1))
-    assert type(error) is ConnectError and "HTTP 404" in str(error) and "/admin/v2/namespaces/ghost/ns" in str(error)
+    b.fail_next = [403]  # forbidden: not a tenant that will come later
+    [(_, error)] = put(task, ev("Created", "Tenants", "other", {"adminRoles": [], "allowedClusters": ["a"]}, "A", 1))
+    assert type(error) is ConnectError and "HTTP 403" in str(error) and "/admin/v2/tenants/other" in str(error)
     assert task.metrics()["metadata.failed"] == 1
 
 
@@ -463,3 +464,19 @@ def test_names_that_would_reach_other_admin_endpoints_are_refused(resource, name
         check_resource_name(resource, name)
     check_resource_name("Namespaces", "tenant-a/ns.1")  # ordinary names pass
     check_resource_name("Topics", "persistent://public/default/orders.v1")
+
+
+def test_a_namespace_whose_tenant_is_not_there_yet_waits_for_the_next_snapshot(admins):
+    admin = admins()
+    task = sink(admin)
+    try:
+        policies = {"retention_policies": {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10}}
+        # a reader that joined mid-snapshot: the namespace arrives before its tenant
+        assert put(task, ev("Created", "Namespaces", "acme/orders", policies, "A", 1000)) == []  # not a failure
+        assert task.metrics()["metadata.deferred"] == 1 and task.metrics()["metadata.applied"] == 0
+        # the next snapshot: the tenant, then the namespace again
+        assert put(task, ev("Modified", "Tenants", "acme", {"adminRoles": [], "allowedClusters": ["a"]}, "A", 900),
+                   ev("Modified", "Namespaces", "acme/orders", policies, "A", 1000)) == []
+        assert admin.namespaces["acme/orders"]["retention_policies"]["retentionTimeInMinutes"] == 60
+    finally:
+        task.stop()
