@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError
 
-__all__ = ["PartitionedSourceConnector", "parse_assignment", "ASSIGNMENT_KEY", "EARLIEST_KEY"]
+__all__ = ["PartitionedSourceConnector", "parse_assignment", "topic_selection_issues", "ASSIGNMENT_KEY", "EARLIEST_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,15 @@ def parse_assignment(text: str, separator: str) -> list[tuple[str, int]]:
     return out
 
 
+def topic_selection_issues(config: Mapping[str, Any]) -> list[ConfigIssue]:
+    """``topics`` or ``topics.regex``, exactly one of them."""
+    if not config.get("topics") and not config.get("topics.regex"):
+        return [ConfigIssue("topics", None, "set topics (a list) or topics.regex")]
+    if config.get("topics") and config.get("topics.regex"):
+        return [ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both")]
+    return []
+
+
 class PartitionedSourceConnector(SourceConnector):
     """Subclasses set ``separator`` (a character topic names cannot end with before the partition
     number), implement ``_list_partitions`` and call ``_start_watching`` from ``start``."""
@@ -43,11 +52,7 @@ class PartitionedSourceConnector(SourceConnector):
 
     @classmethod
     def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        issues = super().validate(config)
-        if not config.get("topics") and not config.get("topics.regex"):
-            issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
-        elif config.get("topics") and config.get("topics.regex"):
-            issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
+        issues = super().validate(config) + topic_selection_issues(config)
         if str(config.get("start.position", "")).lower() == "timestamp":
             raw = config.get("start.timestamp.ms")
             if raw is None or not str(raw).strip().isdigit():

@@ -74,6 +74,7 @@ from connect.records import ConnectRecord
 from connect.sink import SinkTask
 from connect.sink.routing import check_template, render_template
 from connect.source import SourceTask
+from connect.source.partitioned import topic_selection_issues
 from connectors.kafka.clients import POOL, client_config
 from connectors.replicator.mapping import target_units
 from connectors.replicator.metadata import MetadataChangeEvent, diff_events, newer
@@ -414,12 +415,7 @@ class KafkaMetadataSourceConnector(SourceConnector):
 
     @classmethod
     def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        issues = super().validate(config)
-        if not config.get("topics") and not config.get("topics.regex"):
-            issues.append(ConfigIssue("topics", None, "set topics (a list) or topics.regex"))
-        elif config.get("topics") and config.get("topics.regex"):
-            issues.append(ConfigIssue("topics.regex", config["topics.regex"], "set topics or topics.regex, not both"))
-        return issues
+        return super().validate(config) + topic_selection_issues(config)
 
     @classmethod
     def task_class(cls) -> type:
