@@ -98,27 +98,34 @@ def partition_topic(topic: str, partition: int) -> str:
     return topic if partition < 0 else f"{topic}-partition-{partition}"
 
 
-def list_namespace_topics(admin_url: str, namespace: str, cfg: Mapping[str, Any]) -> list[str]:
-    """``GET /admin/v2/namespaces/{tenant}/{namespace}/topics``: the persistent topics of a namespace,
-    partitions listed one by one (``...-partition-N``), as Pulsar's admin API answers."""
+def _admin_get(url: str, cfg: Mapping[str, Any], what: str, timeout_s: float, refused_hint: str | None = None) -> Any:
+    """GET a Pulsar admin REST URL (bearer token from ``auth.token``) and decode its JSON. With
+    ``refused_hint``, 401/403/404 raise ConnectError (they will not heal by retrying); every other
+    failure raises RetriableError naming ``what`` and the URL."""
     import json
     import urllib.error
     import urllib.request
 
-    url = f"{admin_url.rstrip('/')}/admin/v2/namespaces/{namespace}/topics"
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if cfg.get("auth.plugin") == "token" and cfg.get("auth.token"):
         request.add_header("Authorization", f"Bearer {cfg['auth.token']}")
     try:
-        with urllib.request.urlopen(request, timeout=cfg.get("operation.timeout.ms", 30_000) / 1000) as response:
-            names = json.loads(response.read())
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403, 404):
-            raise ConnectError(f"cannot list the topics of namespace {namespace} at {url}: HTTP {exc.code} "
-                               f"(check topics.namespace and the credentials)") from exc
-        raise RetriableError(f"cannot list the topics of namespace {namespace} at {url}: HTTP {exc.code}") from exc
+        if refused_hint is not None and exc.code in (401, 403, 404):
+            raise ConnectError(f"cannot {what} at {url}: HTTP {exc.code} ({refused_hint})") from exc
+        raise RetriableError(f"cannot {what} at {url}: HTTP {exc.code}") from exc
     except (OSError, ValueError) as exc:
-        raise RetriableError(f"cannot list the topics of namespace {namespace} at {url}: {exc}") from exc
+        raise RetriableError(f"cannot {what} at {url}: {exc}") from exc
+
+
+def list_namespace_topics(admin_url: str, namespace: str, cfg: Mapping[str, Any]) -> list[str]:
+    """``GET /admin/v2/namespaces/{tenant}/{namespace}/topics``: the persistent topics of a namespace,
+    partitions listed one by one (``...-partition-N``), as Pulsar's admin API answers."""
+    url = f"{admin_url.rstrip('/')}/admin/v2/namespaces/{namespace}/topics"
+    names = _admin_get(url, cfg, f"list the topics of namespace {namespace}", cfg.get("operation.timeout.ms", 30_000) / 1000,
+                       refused_hint="check topics.namespace and the credentials")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise RetriableError(f"{url} answered {str(names)[:200]!r}, not a JSON list of topic names")
     return names
@@ -127,19 +134,9 @@ def list_namespace_topics(admin_url: str, namespace: str, cfg: Mapping[str, Any]
 def internal_stats(admin_url: str, topic: str, cfg: Mapping[str, Any]) -> dict:
     """``GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/internalStats`` (one partition's
     managed ledger: ``lastConfirmedEntry`` and ``ledgers``), as Pulsar's admin API answers."""
-    import json
-    import urllib.request
-
-    path = topic.replace("://", "/", 1)
-    url = f"{admin_url.rstrip('/')}/admin/v2/{path}/internalStats"
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if cfg.get("auth.plugin") == "token" and cfg.get("auth.token"):
-        request.add_header("Authorization", f"Bearer {cfg['auth.token']}")
-    try:
-        with urllib.request.urlopen(request, timeout=min(cfg.get("operation.timeout.ms", 30_000) / 1000, 2)) as response:
-            stats = json.loads(response.read())
-    except (OSError, ValueError) as exc:
-        raise RetriableError(f"cannot read the internal stats of {topic} at {url}: {exc}") from exc
+    url = f"{admin_url.rstrip('/')}/admin/v2/{topic.replace('://', '/', 1)}/internalStats"
+    stats = _admin_get(url, cfg, f"read the internal stats of {topic}",
+                       min(cfg.get("operation.timeout.ms", 30_000) / 1000, 2))
     if not isinstance(stats, dict):
         raise RetriableError(f"{url} answered {str(stats)[:200]!r}, not a JSON object")
     return stats

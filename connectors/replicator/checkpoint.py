@@ -46,7 +46,7 @@ from connect.source import SourceTask
 from connect.tasks.offsetsync import decode_sync
 from connectors.replicator.groups import GROUP_BACKENDS, GroupPositions, cluster_groups
 from connectors.replicator.syncstore import SyncStore, Translation
-from connectors.replicator.tail import TopicTail
+from connectors.replicator.tail import TopicTail, side_keys
 
 __all__ = ["CheckpointSourceConnector", "CheckpointSourceTask"]
 
@@ -83,8 +83,7 @@ CONFIG = (
 
 
 def _side(config: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    return {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and k != f"{prefix}type"
-            and k != f"{prefix}alias"}
+    return side_keys(config, prefix, "type", "alias")
 
 
 class CheckpointSourceConnector(SourceConnector):

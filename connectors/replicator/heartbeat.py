@@ -47,7 +47,7 @@ from connect.sink import SinkTask
 from connect.source import SourceTask
 from connect.tasks.origin import DEFAULT_ORIGIN_PROPERTY, chain_of
 from connectors.replicator.groups import GROUP_BACKENDS
-from connectors.replicator.tail import TopicTail
+from connectors.replicator.tail import TopicTail, side_keys
 
 __all__ = ["HeartbeatSourceConnector", "HeartbeatSourceTask", "HeartbeatSinkConnector", "HeartbeatSinkTask"]
 
@@ -89,8 +89,7 @@ class HeartbeatSourceTask(SourceTask):
         self._newest: dict[str, float] = {}
         self.tail = None
         if cfg["inbound.type"]:
-            client = {k[len("inbound."):]: v for k, v in config.items()
-                      if k.startswith("inbound.") and k not in ("inbound.type", "inbound.topic")}
+            client = side_keys(config, "inbound.", "type", "topic")
             self.tail = TopicTail(cfg["inbound.type"], client, cfg["inbound.topic"] or self.topic,
                                   f"{context.task_id}-inbound", start="latest")
 

@@ -16,7 +16,13 @@ from connect.records import ConnectRecord
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.source.partitioned import ASSIGNMENT_KEY
 
-__all__ = ["TopicTail"]
+__all__ = ["TopicTail", "side_keys"]
+
+
+def side_keys(config: Mapping[str, Any], prefix: str, *own: str) -> dict[str, Any]:
+    """The keys under ``prefix`` (a cluster's client keys given as ``upstream.bootstrap.servers``...),
+    prefix removed, without the connector's own keys under it (``own``: e.g. ``type``, ``alias``)."""
+    return {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and k[len(prefix):] not in own}
 
 
 class TopicTail:
