@@ -200,8 +200,11 @@ def test_pulsar_kill_9_mid_stream_then_restart_loses_nothing(pulsar_pair, tmp_pa
         db = data / "offsets.sqlite"
         if not db.exists():
             return 0
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT offset FROM offsets").fetchall()
+        try:
+            with sqlite3.connect(db) as conn:
+                rows = conn.execute("SELECT offset FROM offsets").fetchall()
+        except sqlite3.OperationalError:  # the file exists, its table not yet (the process is creating it)
+            return 0
         return sum(1 for (o,) in rows if orjson.loads(o).get("ledger", -1) >= 0)
 
     first = _start(config, data, tmp_path / "first.log")
