@@ -340,8 +340,15 @@ class PulsarSourceTask(SourceTask):
             dropped = self._read(entry, most, wait_ms, out)
         except self._pulsar.Timeout:
             dropped = 0
-        except Exception as exc:  # noqa: BLE001
-            raise RetriableError(f"reading {entry.name} failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
+            # The reader has moved past whatever it handed over, delivered or not: a new one is
+            # opened after the last message delivered. What this poll read before the failure (from
+            # this partition or others, whose positions moved already) goes out; with nothing read,
+            # the poll fails and is retried.
+            self._reopen(entry, f"failed to read: {exc}")
+            if len(out) == 0:
+                raise RetriableError(f"reading {entry.name} failed: {exc}") from exc
+            return
         if dropped:
             # A reader that delivers what it delivered before has re-subscribed from a stale
             # position after a reconnection: its subscription is not trusted any more.

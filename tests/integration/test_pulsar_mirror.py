@@ -87,6 +87,26 @@ def test_kafka_to_pulsar_maps_key_headers_timestamp_and_partition(kafka_pair, pu
             assert m.event_timestamp() == 1_700_000_000_000 + i
 
 
+def _gaps(src, topic: str, parts: int, kdst, name: str, n: int) -> str:
+    """Per partition: the source indexes missing in the Kafka target (as ranges), and how many of
+    them a fresh reader finds in the source broker."""
+    got = {int(m.value().decode().rsplit("-", 1)[1]) for m in kafka_consume_all(kdst.bootstrap, name, range(parts), n,
+                                                                                 timeout=15)}
+    in_source = {_index(m) for msgs in consume_all(src, topic, parts, n, timeout=15).values() for m in msgs}
+    out = []
+    for part in range(parts):
+        missing = [i for i in range(part, n, parts) if i not in got]
+        ranges, start = [], None
+        for a, b in zip(missing, missing[1:] + [None], strict=True):
+            start = a if start is None else start
+            if b != a + parts:
+                ranges.append(f"{start}..{a}")
+                start = None
+        out.append(f"partition {part}: {len(missing)} missing {ranges[:6]}, "
+                   f"{sum(i in in_source for i in missing)} of them in the source")
+    return "; ".join(out)
+
+
 def test_pulsar_to_kafka_maps_key_properties_event_time_and_partition(kafka_pair, pulsar_pair, spark, tmp_path, unique):
     src, _ = pulsar_pair
     _, kdst = kafka_pair
@@ -100,6 +120,8 @@ def test_pulsar_to_kafka_maps_key_properties_event_time_and_partition(kafka_pair
         {"connector.class": "kafka", "bootstrap.servers": kdst.bootstrap, "topic": name}))
     try:
         assert run_until(driver, n) >= n  # records put: a re-send counts again
+    except AssertionError as exc:  # say where the gap is, and whether the source broker holds it
+        raise AssertionError(f"{exc}; {_gaps(src, topic, parts, kdst, name, n)}") from None
     finally:
         driver.close()
     mirrored = kafka_consume_all(kdst.bootstrap, name, range(parts), n)

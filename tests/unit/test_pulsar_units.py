@@ -292,3 +292,29 @@ def test_a_reader_that_cannot_be_opened_again_stays_until_it_can():
     time.sleep(0.06)
     task.poll()
     assert opened and not stalled.closed and task._readers[0].reader is stalled  # kept, tried again later
+
+
+def test_a_read_failing_midway_keeps_what_was_read_and_reopens_after_it():
+    """The reader has handed over every message it read: those go out, and the next reader starts
+    after the last one delivered (before: the poll failed, the records read were dropped and the
+    position had moved past them, a silent gap)."""
+    import pulsar
+
+    class _Failing(_Reader):
+        def read_next(self, timeout_ms):
+            if len(self.script) == 1:
+                raise pulsar.ConnectError("connection closed")
+            return super().read_next(timeout_ms)
+
+    failing = _Failing([_Msg(1, b) for b in range(3)] + [_Msg(2, -1)])
+    task, opened = _task_with(failing)
+    got = task.poll()
+    assert [r.source_offset["batch"] for r in got] == [0, 1, 2]
+    (_, start, inclusive), = opened
+    assert (start.ledger_id(), start.entry_id(), start.batch_index()) == (7, 1, 2) and not inclusive
+    assert failing.closed and task.readers_reopened == 1
+    nothing = _Failing([_Msg(1, -1)])  # failed before reading anything: the poll fails (retried), the reader is replaced
+    task, opened = _task_with(nothing)
+    with pytest.raises(RetriableError, match="reading persistent://public/default/t-partition-0 failed"):
+        task.poll()
+    assert len(opened) == 1 and nothing.closed
