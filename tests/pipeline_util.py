@@ -44,7 +44,7 @@ def committed_positions(driver: Driver) -> int:
 
 def run_until(driver: Driver, expected: int, max_epochs: int = 60) -> int:
     """Run epochs until ``expected`` records were committed; fail on any FAILED pair."""
-    put = transient = 0
+    put = transient = retries = 0
     in_flight: list[int] = []
     reasons: dict[str, int] = {}
     for _ in range(max_epochs):
@@ -54,6 +54,7 @@ def run_until(driver: Driver, expected: int, max_epochs: int = 60) -> int:
         for r in results:
             put += r.stats.get("records", 0)
             transient += r.stats.get("transient", 0)
+            retries += r.stats.get("retries", 0)
             for reason, n in r.stats.get("failure_reasons", {}).items():
                 reasons[reason] = reasons.get(reason, 0) + n
         in_flight = [r.stats.get("in_flight", 0) for r in results]
@@ -61,8 +62,8 @@ def run_until(driver: Driver, expected: int, max_epochs: int = 60) -> int:
             return committed_total(driver)
     # Enough to tell a source that stopped delivering from a sink whose acknowledgements stopped.
     raise AssertionError(f"only {committed_total(driver)} of {expected} records after {max_epochs} epochs; "
-                         f"{put} put to the sink, {transient} transient failures, in flight at the end {in_flight}, "
-                         f"reasons {dict(list(reasons.items())[:3])}")
+                         f"{put} put to the sink, {transient} transient failures, {retries} retries, "
+                         f"in flight at the end {in_flight}, reasons {dict(list(reasons.items())[:3])}")
 
 
 def committed_in_store(data_dir: Path) -> int:

@@ -12,6 +12,7 @@ the pair - which the worker then restarts with backoff from its committed offset
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable, TypeVar
 
@@ -20,6 +21,7 @@ from connect.errors import RetriableError, RetriesExhaustedError
 __all__ = ["RetryPolicy", "EpochOver"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _FIRST_DELAY = 0.1
 
@@ -45,6 +47,8 @@ class RetryPolicy:
         Raises RetriesExhaustedError when ``what`` has been failing for longer than the timeout.
         """
         now = self._clock()
+        if what not in self._since:  # the first failure of a streak is logged; its retries are counted
+            log.warning("%s failed, retrying: %s", what, error)
         since = self._since.setdefault(what, now)
         if self.timeout_ms >= 0 and (now - since) * 1000 >= self.timeout_ms:
             raise RetriesExhaustedError(
