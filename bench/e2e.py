@@ -6,7 +6,7 @@ consumer in this process reads the target topic from the start, noting when each
 - throughput: ``--records`` records (100 B values, 2 partitions) are produced to a fresh source
   topic, then the mirror starts; steady state = records between the 10% and 90% arrival marks
   divided by the time between those marks. Mirrors: the raw confluent-kafka consume->produce loop
-  (``bench/e2e.py raw-loop``, same producer settings as the sink), `connect run` with 1 and with
+  (``bench/e2e.py raw-loop``, the source's consumer and the sink's producer settings), `connect run` with 1 and with
   2 task pairs. Also: seconds from launch to the first record at the target.
 - latency: a producer process writes ``--rate`` msg/s for ``--seconds`` s while the mirror runs;
   latency = arrival at the target - record timestamp (set at produce time, kept by the mirror),
@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
+from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
 
 PARTITIONS = 2
@@ -47,8 +48,7 @@ def raw_loop(src: str, dst: str, topic: str, target: str) -> None:
     """The raw client loop, as a process: consume -> produce until SIGTERM, delivery reports checked."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    consumer = Consumer({"bootstrap.servers": src, "group.id": "raw", "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 100})
+    consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": src, "group.id": "raw"})
     producer = Producer({"bootstrap.servers": dst, **PRODUCER_DEFAULTS})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     errors = []

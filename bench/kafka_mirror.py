@@ -3,8 +3,8 @@
 Everything runs in one process against the same two embedded tansu brokers and the same source
 topic (2 partitions), so the ratios compare like with like:
 
-- raw: one consume -> produce loop (same producer settings as the sink: idempotent, acks=all,
-  delivery reports checked), timed from client creation to the final flush;
+- raw: one consume -> produce loop (the source's consumer settings; the sink's producer settings:
+  idempotent, acks=all, delivery reports checked), timed from client creation to the final flush;
 - framework, 1 task and 2 tasks: one epoch of the pipeline through the Spark driver, then a stop
   (which drains what is in flight), timed from job submission until the driver has the committed
   offsets (task start, drain and Spark job overhead included). The Spark session and its Python
@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_util import fill_kafka, timed_epoch  # noqa: E402
 
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
+from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
 from worker.spark import build_spark  # noqa: E402
 
@@ -37,8 +38,7 @@ PARTITIONS = 2
 def raw_loop(src: str, dst: str, topic: str, target: str, records: int) -> float:
     t0 = time.perf_counter()
     errors = []
-    consumer = Consumer({"bootstrap.servers": src, "group.id": "raw", "enable.auto.commit": False,
-                         "queued.max.messages.kbytes": 32768, "fetch.wait.max.ms": 100})
+    consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": src, "group.id": "raw"})
     producer = Producer({"bootstrap.servers": dst, **PRODUCER_DEFAULTS})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
 

@@ -64,6 +64,10 @@ CONSUMER_DEFAULTS = {
     "enable.partition.eof": False,
     "queued.max.messages.kbytes": 32768,
     "fetch.wait.max.ms": 100,
+    # librdkafka postpones fetching a partition whose local queue is over its thresholds by this
+    # much (default 1000 ms): a consumer that keeps up then waits for data in bursts. Measured with
+    # bench/e2e.py (1 pair, tansu): 10 ms took the pair from ~130k to 170-240k msg/s.
+    "fetch.queue.backoff.ms": 10,
 }
 
 
