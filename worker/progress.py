@@ -24,6 +24,8 @@ def format_result(r: EpochResult) -> str:
     line = (f"epoch {r.epoch:>4}  {r.connector}/{r.task}  {r.state:<7} {s.get('records', 0):>9,} rec "
             f"{_rate(s.get('records', 0), r.duration):>9} rec/s {_rate(s.get('bytes', 0) / 1e6, r.duration):>5} MB/s "
             f"lag {lag}  errors {s.get('errors', 0)}  age max {s.get('latency_ms_max', 0):,.0f} ms")
+    if s.get("in_flight"):  # put, not acknowledged yet: they stay with the pair into its next epoch
+        line += f"  in flight {s['in_flight']:,}"
     gap = getattr(r, "gap_s", None)
     if gap is not None:
         line += f"  gap {gap:.2f} s"

@@ -48,6 +48,18 @@ def _wait_gone(pgid: int, timeout: float) -> bool:
     return False
 
 
+_IN_FLIGHT = re.compile(r"in flight [1-9]")
+
+
+def _last_epoch_lines(log: Path) -> str:
+    """The progress lines of the last epoch printed (``epoch N  connector/task ...``)."""
+    lines = [line for line in log.read_text().splitlines() if re.match(r"epoch +\d+  \S+/\d+ ", line)]
+    if not lines:
+        return ""
+    last = lines[-1].split()[1]
+    return "\n".join(line for line in lines if line.split()[1] == last)
+
+
 def test_kill_9_mid_stream_then_restart_loses_nothing(kafka_pair, tmp_path, unique):
     src, dst = kafka_pair
     topic, n, parts, per_epoch, tasks, in_flight = f"crash-{unique}", 40_000, 2, 2_000, 2, 4_000
@@ -61,12 +73,16 @@ def test_kill_9_mid_stream_then_restart_loses_nothing(kafka_pair, tmp_path, uniq
     data = tmp_path / "data"
     first = _start(config, data, tmp_path / "first.log")
     deadline = time.monotonic() + 120
-    while _committed(data) < 3 * per_epoch and time.monotonic() < deadline:
+    # Killed once an epoch has ended with records still in flight (put, not acknowledged: they
+    # stay with the pair into its next epoch), so the crash takes records of an earlier epoch along.
+    while not (_committed(data) >= 3 * per_epoch and _IN_FLIGHT.search(_last_epoch_lines(tmp_path / "first.log")))\
+            and time.monotonic() < deadline:
         assert first.poll() is None, (tmp_path / "first.log").read_text()
-        time.sleep(0.1)
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGKILL)
     before = _committed(data)
     assert 0 < before < n, "the crash must happen mid-stream"
-    os.kill(first.pid, signal.SIGKILL)
+    assert _IN_FLIGHT.search(_last_epoch_lines(tmp_path / "first.log")), "no epoch ended with records in flight"
     first.wait(10)
     if not _wait_gone(first.pid, 20):  # its JVM and Python workers exit when the driver dies
         os.killpg(first.pid, signal.SIGKILL)
