@@ -201,6 +201,9 @@ def _evict_idle(running: tuple[str, int]) -> None:
 def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = None) -> EpochResult:
     key = (spec.connector, spec.task)
     _evict_idle(key)
+    waiting = _RUNNERS.get(key)
+    if waiting is not None:
+        waiting.runner.halt()  # a pump bridging the gap since its last epoch gives the pair back
     with _pair_lock(key):
         cached = _RUNNERS.get(key)
         if cached is not None and (cached.last_epoch != spec.prev_epoch or cached.generation != spec.generation):
@@ -229,7 +232,34 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         cached.last_epoch = spec.epoch
         if result.state == FAILED:
             _evict(key)
+        elif control is not None and spec.policy.epoch_bridge_ms > 0:
+            _bridge(key, cached, spec.epoch, spec.policy.epoch_bridge_ms / 1000)
         return result
+
+
+def _bridge(key: tuple[str, int], cached: _Cached, epoch: int, lease_s: float) -> None:
+    """Keep the pair moving records (``TaskPairRunner.pump``) while its result travels to the
+    driver and the next epoch is scheduled: the 50-200 ms between two epochs would otherwise be a
+    pause of the whole pipeline (a latency spike at every epoch boundary). The pump stops when the
+    next epoch arrives (``halt``), when the pair's connector stops, or after ``lease_s``: a pair
+    whose next epoch runs elsewhere only replays what the pump moved (it is never committed)."""
+    until = time.monotonic() + lease_s
+
+    def pump() -> None:
+        lock = _pair_lock(key)
+        if not lock.acquire(timeout=lease_s):
+            return
+        try:
+            # Only the runner of that epoch, and only if no later epoch ran meanwhile.
+            if _RUNNERS.get(key) is cached and cached.last_epoch == epoch:
+                cached.runner.pump(until)
+                cached.used_at = time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - the next epoch of the pair reports its own failures
+            log.warning("task pair %s-%s between epochs: %s", *key, exc)
+        finally:
+            lock.release()
+
+    threading.Thread(target=pump, name=f"connect-bridge-{key[0]}-{key[1]}", daemon=True).start()
 
 
 def _not_run(spec: TaskPairSpec, started: float, trace: str, *, retriable: bool) -> EpochResult:
@@ -367,6 +397,8 @@ def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list
         doomed.extend((c, int(t)) for c, t in unwanted)
     stopped = []
     for key in doomed:
+        if key in asked:
+            asked[key].runner.halt()  # a pump between epochs ends at once
         lock = _pair_lock(key)
         if lock.acquire(blocking=False):
             try:
@@ -381,6 +413,8 @@ def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list
 
 
 def stop_all_cached() -> None:
+    for cached in list(_RUNNERS.values()):
+        cached.runner.halt()
     for key in list(_RUNNERS):
         with _pair_lock(key):
             _evict(key)

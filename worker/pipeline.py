@@ -69,6 +69,10 @@ PIPELINE_CONFIG = (
             "Time after epoch.max.ms (or after a stop request) for the final flush and failed-record handling; "
             "what is not acknowledged by then is committed in a later epoch.",
             validator=in_range(0, _HOUR_MS))
+    .define("epoch.bridge.ms", Type.INT, 500,
+            "Between two epochs (while the result goes to the driver and the next one is scheduled) the pair "
+            "keeps moving records for at most this long, as part of the next epoch; 0 pauses it instead.",
+            validator=in_range(0, _HOUR_MS))
     .define("errors.restart.backoff.ms", Type.INT, 1_000,
             "First wait before a task pair FAILED by transient trouble is restarted; doubles per failed restart.",
             validator=in_range(0, _HOUR_MS))

@@ -48,6 +48,7 @@ class FrameworkSettings:
                 epoch_max_ms=values["epoch.max.ms"],
                 epoch_max_records=values["epoch.max.records"],
                 epoch_grace_ms=values["epoch.grace.ms"],
+                epoch_bridge_ms=values["epoch.bridge.ms"],
                 max_in_flight_records=values["max.in.flight.records"],
                 retry_timeout_ms=values["errors.retry.timeout"],
                 retry_delay_max_ms=values["errors.retry.delay.max.ms"],

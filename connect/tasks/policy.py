@@ -22,6 +22,7 @@ class RunnerPolicy:
     epoch_max_ms: int = 10_000
     epoch_max_records: int = 1_000_000
     epoch_grace_ms: int = 2_000
+    epoch_bridge_ms: int = 500  # between epochs the pair keeps moving records this long at most (0: it pauses)
     max_in_flight_records: int = 100_000
     retry_timeout_ms: int = 30_000  # -1: retry transient failures forever; 0: fail at the first
     retry_delay_max_ms: int = 5_000

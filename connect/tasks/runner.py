@@ -37,6 +37,7 @@ import logging
 import operator
 import os
 import socket
+import threading
 import time
 import traceback
 from collections import Counter, deque
@@ -110,6 +111,20 @@ class _Generation:
         self.stamps = stamps  # partition key -> timestamp of its last record (latency, lag in seconds)
 
 
+class _Carry:
+    """What an epoch accumulates (its stats, failed-record handler, offsets committed), opened
+    early when the pair keeps moving records between two epochs (``pump``)."""
+
+    __slots__ = ("stats", "handler", "committed", "started", "error")
+
+    def __init__(self, stats: EpochStats, handler: FailedRecordHandler) -> None:
+        self.stats = stats
+        self.handler = handler
+        self.committed: dict[str, dict[str, Any]] = {}
+        self.started = time.time()
+        self.error: BaseException | None = None  # raised by the pump: the next epoch fails with it
+
+
 class TaskPairRunner:
     """Owns a started source task and sink task; ``run_epoch`` moves records between them.
 
@@ -166,6 +181,9 @@ class TaskPairRunner:
         self._conversion_failures: list[tuple[ConnectRecord, BaseException]] = []
         self._deadline = float("inf")
         self._acked_ts: dict[str, int] = {}  # partition key -> timestamp of its newest acknowledged record
+        self._carry: _Carry | None = None  # the next epoch, opened by ``pump``
+        self._halt = threading.Event()  # set by ``halt``: moving stops at the next batch
+        self._pumpable = False  # the last epoch moved records cleanly: the next may start early
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
@@ -195,16 +213,11 @@ class TaskPairRunner:
         p = self.policy
         max_ms = p.epoch_max_ms if max_ms is None else max_ms
         max_records = p.epoch_max_records if max_records is None else max_records
-        stats = EpochStats()
-        self._retry.on_retry = lambda: setattr(stats, "retries", stats.retries + 1)
-        handler = FailedRecordHandler(
-            source=self.source, stats=stats, tolerance_all=p.tolerance_all, log_errors=p.log_errors,
-            dlq_factory=self._dlq_factory, connector=self.connector, task=str(self.task_id),
-            dlq_headers=p.dlq_context_headers, deadline=lambda: self._deadline)
-        started = time.time()
+        self._halt.clear()
+        carry, self._carry = self._carry or self._open_epoch(), None
+        stats, handler, committed, started = carry.stats, carry.handler, carry.committed, carry.started
         end_polling = time.monotonic() + max_ms / 1000
         self._set_deadline(end_polling)
-        committed: dict[str, dict[str, Any]] = {}
         state, trace, retriable = RUNNING, None, False
         # Records are acyclic and freed by reference counting; the cyclic collector would
         # re-scan every in-flight record many times per epoch. Pause it and collect the young
@@ -214,6 +227,8 @@ class TaskPairRunner:
         try:
             if self._failed:
                 raise TaskFailedError("task failed in an earlier epoch; restart it")
+            if carry.error is not None:
+                raise carry.error
             if self._start_offsets_due:
                 self._start_offsets_due = False
                 if self._persist_start_offsets(committed):
@@ -240,8 +255,10 @@ class TaskPairRunner:
                 pass
             stats.in_flight = self._in_flight + len(self._resend)
             self._returned_offsets = dict(committed) if committed else None
+            self._pumpable = stats.records > 0 and not (stats.transient or stats.errors or stats.retries or self._resend)
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
             self._failed = True
+            self._pumpable = False
             state = FAILED
             retriable = isinstance(exc, (RetriesExhaustedError, RetriableError))
             trace = "".join(traceback.format_exception(exc))
@@ -265,6 +282,52 @@ class TaskPairRunner:
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
                            time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST,
                            metrics=reported, partition_lag=partition_lag)
+
+    def _open_epoch(self) -> _Carry:
+        p = self.policy
+        stats = EpochStats()
+        self._retry.on_retry = lambda: setattr(stats, "retries", stats.retries + 1)
+        handler = FailedRecordHandler(
+            source=self.source, stats=stats, tolerance_all=p.tolerance_all, log_errors=p.log_errors,
+            dlq_factory=self._dlq_factory, connector=self.connector, task=str(self.task_id),
+            dlq_headers=p.dlq_context_headers, deadline=lambda: self._deadline)
+        return _Carry(stats, handler)
+
+    # -- between epochs ----------------------------------------------------------------------
+    def pump(self, until: float) -> None:
+        """Between two epochs: keep moving records until ``until`` (monotonic), ``halt()`` or a stop
+        request, so the pipeline does not pause while the next epoch is being scheduled. Only in
+        the steady state: after an epoch that moved records with no failure and nothing waiting to be
+        re-sent (setting up targets, re-sends and the like get a whole epoch's time).
+
+        What it polls, puts and sees acknowledged belongs to the next epoch: its stats, its budget
+        of records and the offsets it returns. Nothing is committed meanwhile, so a process lost
+        during a pump replays it like any epoch in progress. The caller runs it while no epoch
+        runs (the pair's lock), and ``halt()`` gives the pair back at the next batch (at most one
+        source poll's wait). Not once a stop was requested (a stop drains in an epoch of its own)."""
+        if not self._pumpable or self._resend or self._halt.is_set() or self._stop_requested():
+            return
+        if self._carry is None:
+            self._carry = self._open_epoch()
+        carry = self._carry
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        self._set_deadline(until)
+        try:
+            if not self._halt.is_set():
+                self._move(self.policy.epoch_max_records, carry.committed, carry.handler, carry.stats)
+        except EpochOver:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the next epoch reports it (FAILED, with its trace)
+            carry.error = exc
+        finally:
+            self._set_deadline(float("inf"))
+            if gc_was_enabled:
+                gc.enable()
+
+    def halt(self) -> None:
+        """Stop a ``pump`` (from another thread): its loop ends at the next batch."""
+        self._halt.set()
 
     def _partition_lag(self) -> dict[str, list[float]] | None:
         """Per source partition: [records behind the source's end, seconds behind]. Seconds behind is
@@ -305,7 +368,10 @@ class TaskPairRunner:
         retry, time_left = self._retry, self._time_left
         polled = self._polled
         origin = self._origin
+        halt = self._halt
         while stats.records < max_records:
+            if halt.is_set():
+                return
             if self._stop_requested():
                 self._set_deadline(time.monotonic())
                 return

@@ -670,3 +670,54 @@ def test_tasks_receive_contexts(make_runner, sink_name):
     assert source.context.offset_storage_reader.offset({"topic": "memory", "partition": 0}) == {"offset": 0}
     assert sink.context.configs["name"] == sink_name
     assert source.next == {0: 1}  # resumed after the committed offset
+
+
+# -- between epochs (epoch.bridge.ms) -------------------------------------------------------------
+
+
+def test_a_pump_between_epochs_moves_records_the_next_epoch_counts_and_commits(make_runner, sink_name):
+    runner = make_runner(source={"records": 100, "batch.size": 10}, settings=make_settings(epoch_max_records=30))
+    first = runner.run_epoch(1)
+    assert first.stats["records"] == 30 and first.offsets == {pk(0): {"offset": 29}}
+    runner.pump(time.monotonic() + 5)  # stops at the next epoch's budget, long before the lease
+    assert len(runner.sink.buffer) == 30, "the pair kept moving between the epochs (put, flushed by the next)"
+    second = runner.run_epoch(2)
+    assert second.state == RUNNING, second.trace
+    assert second.stats["records"] == 30, "what the pump moved is the next epoch's (and its budget)"
+    assert second.offsets == {pk(0): {"offset": 59}}, "and its offsets are committed with that epoch"
+    third = runner.run_epoch(3)
+    assert third.offsets == {pk(0): {"offset": 89}}
+    assert by_partition(written(sink_name)) == {0: list(range(90))}  # in order, none twice
+
+
+def test_halt_gives_the_pair_back_at_once_and_a_stop_or_failure_means_no_pump(make_runner, sink_name):
+    import threading
+
+    runner = make_runner(source={"records": 5}, settings=make_settings(epoch_max_records=1000))
+    runner.run_epoch(1)
+    pumping = threading.Thread(target=runner.pump, args=(time.monotonic() + 10,))
+    t0 = time.monotonic()
+    pumping.start()
+    time.sleep(0.1)
+    runner.halt()
+    pumping.join(2)
+    assert not pumping.is_alive() and time.monotonic() - t0 < 1, "halt ends a pump that would last 10 s"
+    assert runner.run_epoch(2).state == RUNNING
+
+    stopping = make_runner(source={"records": 50, "batch.size": 10}, stop_requested=lambda: True)
+    stopping.run_epoch(1)
+    stopping.pump(time.monotonic() + 5)
+    assert stopping.sink.buffer == [], "a stop drains in an epoch of its own: no pump after it"
+
+
+def test_a_failure_in_a_pump_fails_the_next_epoch_with_its_trace(make_runner, sink_name):
+    runner = make_runner(source={"records": 100, "batch.size": 10}, settings=make_settings(epoch_max_records=20))
+    runner.run_epoch(1)
+
+    def broken():
+        raise ConnectError("source exploded between epochs")
+
+    runner.source.poll = broken
+    runner.pump(time.monotonic() + 1)
+    result = runner.run_epoch(2)
+    assert result.state == FAILED and "source exploded between epochs" in result.trace
