@@ -70,6 +70,9 @@ class PipelineRuntime:
     def __init__(self, pipeline: PipelineConfig, store: OffsetStore, run_id: str):
         self.pipeline = pipeline
         self.name = pipeline.name
+        # Until when a pair may still be moving records after its last epoch (epoch.bridge.ms,
+        # counted from when the driver got the result, after the worker started it).
+        self.bridged_until = 0.0
         self.settings = pipeline.settings
         self._store = store
         self._run_id = run_id
@@ -216,6 +219,8 @@ class PipelineRuntime:
                           "(token %s)", self.name, result.task, result.token or "-")
                 continue
             accepted.append(result)
+        if accepted:
+            self.bridged_until = time.monotonic() + self.settings.runner.epoch_bridge_ms / 1000
         offsets: dict[str, dict[str, Any]] = {}
         for result in accepted:
             offsets.update(result.offsets)
@@ -259,6 +264,15 @@ class PipelineRuntime:
                 connector.stop()
             except Exception as exc:  # noqa: BLE001 - stop both, log the failure
                 log.warning("stopping connector %s: %s", self.name, exc)
+
+
+def wait_out_bridges(runtimes: Sequence[PipelineRuntime]) -> None:
+    """Wait until no pair of ``runtimes`` can still be moving records between epochs (each pump
+    ends ``epoch.bridge.ms`` after its epoch, or earlier at its stop flag): a connector started
+    again right after (the same name, the same data directory) must not meet a pair still at work."""
+    left = max((rt.bridged_until for rt in runtimes), default=0.0) - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 OnEpoch = Callable[[int, list[EpochResult], list[PipelineRuntime]], None]
@@ -370,6 +384,8 @@ class Driver:
 
     def close(self) -> None:
         """Stop the connectors, the control channel and the store (releasing the data directory)."""
+        self.stop_event.set()  # pairs moving records between epochs stop (their stop flag)...
+        wait_out_bridges(self.runtimes)  # ...and none moves any more once this returns
         for rt in self.runtimes:
             rt.stop()
         self.runtimes = []

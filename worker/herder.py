@@ -39,7 +39,7 @@ from connect.records import partition_key
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from worker.control import ControlServer
-from worker.driver import Executor, PipelineRuntime, connector_turn, unwanted_pairs
+from worker.driver import Executor, PipelineRuntime, connector_turn, unwanted_pairs, wait_out_bridges
 from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
 from worker.store import TARGET_STATES, StoredStatus, Stores
 
@@ -172,6 +172,7 @@ class Herder:
         for c in connectors:
             if c.thread is not None:
                 c.thread.join(max(deadline - time.monotonic(), 0.1))
+        wait_out_bridges([c.runtime for c in connectors if c.runtime is not None])
         self.control.close()
 
     # -- validation ------------------------------------------------------------------------------
