@@ -25,7 +25,8 @@ Built-in providers (also declared as entry points in ``pyproject.toml``):
 - ``env`` (:class:`EnvVarConfigProvider`): ``${env:NAME}``, ``${env:NAME:-default}``. Param
   ``allowlist.pattern``: a regular expression the whole variable name must match.
 - ``file`` (:class:`FileConfigProvider`): ``${file:/path/to/file.properties:key}``, a Java properties
-  file. Param ``allowed.paths``: comma list of directories the files must lie in.
+  file. Param ``allowed.paths``: comma list of directories the files must lie in (symlinks followed;
+  relative ones from the current directory; unset: any).
 - ``directory`` (:class:`DirectoryConfigProvider`): ``${directory:/run/secrets:db-password}``, the
   whole content of the file ``db-password`` in that directory (Kubernetes / Docker secret mounts).
   Params ``allowed.paths`` as above, ``trim`` (``true``: strip surrounding whitespace).
@@ -61,6 +62,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import attrs
 
 from connect.errors import ConfigError, ConfigIssue, PluginError
+from connect.files import private_dir
 from connect.secrets import MASK, Redactor, is_secret_name
 
 __all__ = [
@@ -212,17 +214,16 @@ class EnvVarConfigProvider(ConfigProvider):
 
 
 def _allowed_paths(provider: str, params: Mapping[str, str]) -> list[str] | None:
+    """The real paths of ``allowed.paths`` (relative ones from the current directory), or None
+    when the parameter is not set (every path allowed, as Kafka's KIP-993 default)."""
     raw = params.get("allowed.paths")
     if raw is None:
         return None
-    paths = [os.path.realpath(p.strip()) for p in raw.split(",") if p.strip()]
-    relative = [p.strip() for p in raw.split(",") if p.strip() and not os.path.isabs(p.strip())]
-    if relative:
-        raise ConfigError([ConfigIssue("param.allowed.paths", raw, f"the {provider} provider needs absolute paths")])
-    return paths
+    return [os.path.realpath(p.strip()) for p in raw.split(",") if p.strip()]
 
 
 def _check_allowed(allowed: list[str] | None, path: str) -> None:
+    """ConfigDataError unless ``path``, symlinks followed, lies in one of ``allowed``."""
     if allowed is None:
         return
     real = os.path.realpath(path)
@@ -353,8 +354,9 @@ class FileConfigProvider(ConfigProvider):
 class DirectoryConfigProvider(ConfigProvider):
     """``${directory:/dir:name}``: the whole content (UTF-8) of the file ``name`` in ``/dir``, as
     Kafka's DirectoryConfigProvider. ``name`` must be a plain file name (no separator, not ``.`` or
-    ``..``). Params ``allowed.paths`` and ``trim`` (``true`` strips surrounding whitespace; default
-    ``false``: the content exactly)."""
+    ``..``); with ``allowed.paths`` a file that is a symlink out of them is refused too. Params
+    ``allowed.paths`` and ``trim`` (``true`` strips surrounding whitespace; default ``false``: the
+    content exactly)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -386,6 +388,11 @@ class DirectoryConfigProvider(ConfigProvider):
             if not os.path.isfile(file):
                 problems[key] = f"{path} has no file {key!r}"
                 continue
+            try:  # a symlink in an allowed directory must not lead out of it
+                _check_allowed(self._allowed, file)
+            except ConfigDataError as exc:
+                problems[key] = exc.reason
+                continue
             try:
                 content = Path(file).read_text(encoding="utf-8")
             except UnicodeDecodeError:
@@ -406,11 +413,11 @@ class DirectoryConfigProvider(ConfigProvider):
                or key.endswith(".tmp")]
         if bad:  # checked before anything is written
             raise ConfigError([ConfigIssue(f"authParam.{key}", None, "not a plain file name") for key in bad])
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        private_dir(path)
         for key, value in values.items():
             target = os.path.join(path, key)
             temp = f"{target}.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(str(value))
             os.replace(temp, target)

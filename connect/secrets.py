@@ -10,8 +10,10 @@ Guarantees:
 - :meth:`Redactor.redact` replaces every occurrence of every collected secret value (and of its
   ``repr``/JSON-escaped spelling) with :data:`MASK`; longer values are matched first, so a
   secret containing another one is masked whole. Values shorter than :data:`MIN_SECRET_LENGTH`
-  characters are not collected: they would mask random fragments of unrelated text (such keys
-  are still masked by name wherever a config value is shown).
+  characters (2 or 3) are masked only where they stand alone, not inside a longer word or number
+  (``abc`` in ``password abc.`` but not in ``abcdef``): anywhere would mask random fragments of
+  unrelated text. Single characters are not collected at all (such keys are still masked by name
+  wherever a config value is shown, and validation errors never echo values).
 - :class:`RedactingFilter` never drops a log record: it rewrites the record's message (with its
   arguments applied), exception text and stack text so that no collected secret value remains.
 """
@@ -24,10 +26,12 @@ import re
 import threading
 from typing import Any, Iterable, Mapping
 
-__all__ = ["MASK", "MIN_SECRET_LENGTH", "is_secret_name", "Redactor", "RedactingFilter", "install_log_redaction"]
+__all__ = ["MASK", "MIN_SECRET_LENGTH", "MIN_SHORT_SECRET_LENGTH", "is_secret_name", "Redactor", "RedactingFilter",
+           "install_log_redaction"]
 
 MASK = "********"
 MIN_SECRET_LENGTH = 4
+MIN_SHORT_SECRET_LENGTH = 2
 
 _SECRET_NAME = re.compile(
     r"passw(?:or)?d|secret|token|credential|jaas|sasl\.oauthbearer\.config"
@@ -44,6 +48,13 @@ def is_secret_name(name: str) -> bool:
 def _spellings(value: str) -> set[str]:
     """The value as written, and as it reads inside a repr() or a JSON string."""
     return {value, repr(value)[1:-1], json.dumps(value)[1:-1]}
+
+
+def _alternative(value: str) -> str:
+    """The regex of one secret spelling: anywhere, or standing alone when it is short."""
+    if len(value) >= MIN_SECRET_LENGTH:
+        return re.escape(value)
+    return rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])"
 
 
 class Redactor:
@@ -68,13 +79,13 @@ class Redactor:
         self.add(v for k, v in config.items() if v is not None and (k in declared or is_secret_name(k)))
 
     def add(self, values: Iterable[Any]) -> None:
-        new = {s for v in values for s in _spellings(str(v)) if len(s) >= MIN_SECRET_LENGTH}
+        new = {s for v in values for s in _spellings(str(v)) if len(s) >= MIN_SHORT_SECRET_LENGTH}
         with self._lock:
             if new <= self._values:
                 return
             self._values |= new
             ordered = sorted(self._values, key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, ordered)))
+            self._pattern = re.compile("|".join(_alternative(v) for v in ordered))
 
     def redact(self, text: str) -> str:
         """``text`` with every collected secret value replaced by MASK."""

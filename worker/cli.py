@@ -12,6 +12,7 @@ from typing import List
 
 import typer
 
+from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
 from connect.errors import ConfigError, ConnectError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
@@ -23,11 +24,25 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ.")
 
 
-def _load_all(configs: List[Path]) -> tuple[list[PipelineConfig], list[ConfigError]]:
+_POLICY_HELP = ("Client config override policy: default refuses client settings that load code or name files "
+                "outside --client-allowed-paths; all accepts every setting (KIP-458's All).")
+_PATHS_HELP = "Directories (comma list) where client settings naming files (*.location, *.file) may point."
+_KEYS_HELP = "Client settings refused by default that are allowed anyway (comma list, e.g. debug)."
+
+
+def _client_policy(policy: str, allowed_paths: str, allowed_keys: str) -> ClientConfigPolicy:
+    try:
+        return ClientConfigPolicy.from_settings(policy, allowed_keys, allowed_paths)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--client-config-policy") from None
+
+
+def _load_all(configs: List[Path], policy: ClientConfigPolicy = DEFAULT_POLICY
+              ) -> tuple[list[PipelineConfig], list[ConfigError]]:
     loaded, errors = [], []
     for path in configs:
         try:
-            loaded.append(load_pipeline_file(path))
+            loaded.append(load_pipeline_file(path, policy))
         except ConfigError as exc:
             errors.append(exc)
     names = [p.name for p in loaded]
@@ -55,13 +70,17 @@ def run(
     spark_conf: List[str] = typer.Option([], "--spark-conf", help="Extra Spark setting KEY=VALUE (repeatable)."),
     max_epochs: int | None = typer.Option(None, help="Stop after this many epochs."),
     quiet: bool = typer.Option(False, help="Print failures only."),
+    client_config_policy: str = typer.Option("default", envvar="CONNECT_CLIENT_CONFIG_POLICY", help=_POLICY_HELP),
+    client_allowed_paths: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_PATHS", help=_PATHS_HELP),
+    client_allowed_keys: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_KEYS", help=_KEYS_HELP),
 ) -> None:
     """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair.
 
     Secret config values of every pipeline are masked in log lines, progress traces and errors."""
     logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    pipelines, errors = _load_all(configs)
+    pipelines, errors = _load_all(configs, _client_policy(client_config_policy, client_allowed_paths,
+                                                          client_allowed_keys))
     if errors:
         for exc in errors:
             typer.echo(str(exc), err=True)
@@ -77,7 +96,6 @@ def run(
     from worker.spark import SparkExecutor, control_host, default_master, start_spark
     from worker.store import DataDirLocked, OffsetStore
 
-    data_dir.mkdir(parents=True, exist_ok=True)
     try:  # before Spark starts: a second worker on this directory stops here, with the reason
         store = OffsetStore(data_dir)
     except DataDirLocked as exc:
@@ -167,9 +185,15 @@ def worker_start(
 
 
 @app.command()
-def validate(configs: List[Path] = typer.Argument(..., help="Connector JSON files to check.")) -> None:
+def validate(
+    configs: List[Path] = typer.Argument(..., help="Connector JSON files to check."),
+    client_config_policy: str = typer.Option("default", envvar="CONNECT_CLIENT_CONFIG_POLICY", help=_POLICY_HELP),
+    client_allowed_paths: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_PATHS", help=_PATHS_HELP),
+    client_allowed_keys: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_KEYS", help=_KEYS_HELP),
+) -> None:
     """Print every configuration error of every file; exit 1 if there is any."""
-    pipelines, errors = _load_all(configs)
+    pipelines, errors = _load_all(configs, _client_policy(client_config_policy, client_allowed_paths,
+                                                          client_allowed_keys))
     for p in pipelines:
         typer.echo(f"{p.name}: OK ({p.source_class.__name__} -> {p.sink_class.__name__}, "
                    f"tasks.max={p.settings.tasks_max})")

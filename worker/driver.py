@@ -74,6 +74,7 @@ class PipelineRuntime:
         # counted from when the driver got the result, after the worker started it).
         self.bridged_until = 0.0
         self.settings = pipeline.settings
+        self._secrets = frozenset(pipeline.secret_values())  # executors mask them in their logs
         self._store = store
         self._run_id = run_id
         self.offsets = store.load(self.name)
@@ -172,7 +173,8 @@ class PipelineRuntime:
             specs.append(TaskPairSpec(self.name, t.task, epoch, t.prev_epoch, self.generation, source_task,
                                       t.source_config, sink_task, t.sink_config, self.dlq_config(t.sink_config),
                                       self.settings.runner, token,
-                                      offset_syncs_config=self.offset_syncs_config(t.sink_config)))
+                                      offset_syncs_config=self.offset_syncs_config(t.sink_config),
+                                      secrets=self._secrets))
         return specs, tokens
 
     def next_restart_in(self) -> float | None:

@@ -26,15 +26,19 @@ altered); a pause/resume keeps them.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import traceback
 import uuid
 from typing import Any, Callable, Mapping
 
+import attrs
 import orjson
 
+from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
 from connect.errors import ConfigError, ConfigIssue, ConnectError
+from connect.providers import mask_config, parse_references
 from connect.records import partition_key
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
@@ -101,8 +105,10 @@ class _Connector:
 
 class Herder:
     def __init__(self, executor: Executor, stores: Stores, *, worker_id: str, resolver: Resolver | None = None,
-                 metrics: Any = None, control_host: str = "127.0.0.1", idle_wait: float = 1.0):
+                 metrics: Any = None, control_host: str = "127.0.0.1", idle_wait: float = 1.0,
+                 client_policy: ClientConfigPolicy = DEFAULT_POLICY):
         self.executor = executor
+        self.client_policy = client_policy
         self.stores = stores
         self.worker_id = worker_id
         self.metrics = metrics
@@ -178,20 +184,22 @@ class Herder:
     # -- validation ------------------------------------------------------------------------------
     def validate(self, name: Any, config: Any, *, path: str = "$.config") -> PipelineConfig:
         """The parsed pipeline of a submitted config (provider references resolved to check it);
-        raises ConfigError naming every problem by JSON path."""
+        raises ConfigError naming every problem by JSON path and rule. No issue carries a value of
+        a key that holds a reference or a secret, and no text shows a value a provider returned."""
         if not isinstance(config, dict):
             raise BadRequest(f"{path}: must be an object of string keys to string values")
         try:
-            resolved, _, secret_values = self._resolve(config)
+            resolved, provided, secret_values = self._resolve(config)
         except ConfigError as exc:
             raise ConfigError(exc.issues) from None
         try:
-            return parse_pipeline({"name": name, "config": resolved})
+            pipeline = parse_pipeline({"name": name, "config": resolved}, client_policy=self.client_policy)
         except ConfigError as exc:
-            redact = Redactor(secret_values).redact
-            raise ConfigError([ConfigIssue(_json_path(i.key, path), MASK if i.value is not None and
-                                           isinstance(i.value, str) and i.value in secret_values else i.value,
-                                           redact(i.message)) for i in exc.issues]) from None
+            hidden = {k for k, v in config.items()
+                      if k in provided or is_secret_name(k) or (isinstance(v, str) and parse_references(v))}
+            redact = Redactor([*secret_values, *(resolved[k] for k in hidden if resolved.get(k))]).redact
+            raise ConfigError([_shown_issue(i, path, hidden, redact) for i in exc.issues]) from None
+        return pipeline
 
     # -- connector operations --------------------------------------------------------------------
     def connector_names(self) -> list[str]:
@@ -261,11 +269,10 @@ class Herder:
             raise BadRequest("$: must be an object of config keys to string values (null removes a key)")
         with self._mutate:  # read, merge and write as one: concurrent patches never lose keys
             merged = dict(self._get(name).config)
-            for key, value in patch.items():
-                if value is None:
-                    merged.pop(key, None)
-                else:
-                    merged[key] = value
+            removed = [key for key, value in patch.items() if value is None]
+            merged.update(_strings({k: v for k, v in patch.items() if v is not None}, "$"))
+            for key in removed:
+                merged.pop(key, None)
             merged.pop("name", None)
             self._update(name, merged)
         return self.info(name)
@@ -355,16 +362,10 @@ class Herder:
 
     # -- views -----------------------------------------------------------------------------------
     def masked_config(self, c: _Connector) -> dict[str, str]:
+        """The config as submitted, fit to show: references as written (secret keys show MASK around
+        them), values of secret keys MASK (see :func:`connect.providers.mask_config`)."""
         declared = c.runtime.pipeline.secret_keys() if c.runtime is not None else set()
-        out = {}
-        for key, value in c.config.items():
-            if key in c.provided_keys or "${" in value:
-                out[key] = value  # the reference, never what it resolves to
-            elif key in declared or is_secret_name(key):
-                out[key] = MASK
-            else:
-                out[key] = value
-        return out
+        return mask_config(c.config, declared)
 
     def info(self, name: str) -> dict[str, Any]:
         with self._lock:
@@ -384,8 +385,8 @@ class Herder:
             for t in rt.tasks:
                 flat = {**{f"source.{k}": v for k, v in t.source_config.items()},
                         **{f"sink.{k}": v for k, v in t.sink_config.items()}}
-                secret = rt.pipeline.secret_keys()
-                shown = {k: MASK if (k in secret or is_secret_name(k)) else redact(str(v)) for k, v in flat.items()}
+                hidden = rt.pipeline.secret_keys() | c.provided_keys
+                shown = {k: MASK if (k in hidden or is_secret_name(k)) else redact(str(v)) for k, v in flat.items()}
                 out.append({"id": {"connector": name, "task": t.task}, "config": shown})
             return out
 
@@ -479,7 +480,8 @@ class Herder:
             config = dict(c.config)
         resolved, provided, secrets = self._resolve(config)
         self.redactor.add(secrets)
-        pipeline = parse_pipeline({"name": c.name, "config": resolved})
+        pipeline = parse_pipeline({"name": c.name, "config": resolved}, client_policy=self.client_policy)
+        pipeline = attrs.evolve(pipeline, provided_values=frozenset(secrets))
         self.redactor.add(pipeline.secret_values())
         runtime = PipelineRuntime(pipeline, self.stores.offsets, f"{self.run_id}/{c.incarnation}/{c.starts}")
         with self._lock:
@@ -583,10 +585,33 @@ class Herder:
                     self.metrics.task_state(c.name, t.task, entry["state"])
 
 
-def _strings(config: Any, path: str) -> dict[str, Any]:
+def _strings(config: Any, path: str) -> dict[str, str]:
+    """A submitted config as strings, as stored: numbers and booleans are converted (the docs allow
+    them); anything else is a BadRequest naming the key."""
     if not isinstance(config, dict):
         raise BadRequest(f"{path}: must be an object of string keys to string values")
-    return dict(config)
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value)):
+            out[key] = str(value)
+        else:
+            raise BadRequest(f'{path}["{key}"]: must be a string, number or boolean, not '
+                             f"{'null' if value is None else type(value).__name__}")
+    return out
+
+
+def _shown_issue(issue: ConfigIssue, path: str, hidden: set[str], redact: Callable[[str], str]) -> ConfigIssue:
+    """A validation issue fit for an answer: its JSON path and rule; its value only when the key
+    neither holds a reference nor a secret."""
+    key = issue.key
+    if key.startswith('$.config["') and key.endswith('"]'):
+        key = key[len('$.config["'):-2]
+    value = issue.value
+    if value is not None and (key in hidden or not isinstance(value, str) or redact(value) != value):
+        value = None
+    return ConfigIssue(_json_path(issue.key, path), value, redact(issue.message))
 
 
 def _json_path(key: str, base: str) -> str:

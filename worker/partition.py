@@ -44,6 +44,7 @@ import attrs
 import orjson
 
 from connect.errors import RetriableError
+from connect.secrets import Redactor, install_log_redaction
 from connect.sink import SinkTask, SinkTaskContext
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, EpochResult
@@ -76,6 +77,7 @@ class TaskPairSpec:
     token: str = ""  # fencing token: the driver accepts this attempt's result only
     offsets: dict[str, dict[str, Any]] | None = None  # fixed offsets (tests); None: ask the driver
     offset_syncs_config: dict[str, Any] | None = None  # the sink's config writing offset syncs
+    secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
 
 
 @attrs.frozen
@@ -198,7 +200,31 @@ def _evict_idle(running: tuple[str, int]) -> None:
                 lock.release()
 
 
+_REDACTOR = Redactor()
+_REDACTION_INSTALLED = False
+
+
+def _mask_secrets_in_logs(secrets: frozenset[str]) -> None:
+    """Executors log too (client errors, retries, librdkafka's lines): every secret of every pair
+    this process runs is masked in them, as on the driver."""
+    global _REDACTION_INSTALLED
+    _REDACTOR.add(secrets)
+    if _REDACTION_INSTALLED:
+        return
+    with _LOCK:
+        if not _REDACTION_INSTALLED:
+            root = logging.getLogger()
+            if not root.handlers:  # logging's last resort handler takes no filters: give it one that does
+                handler = logging.StreamHandler()
+                handler.setLevel(logging.WARNING)
+                handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                root.addHandler(handler)
+            install_log_redaction(_REDACTOR)
+            _REDACTION_INSTALLED = True
+
+
 def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = None) -> EpochResult:
+    _mask_secrets_in_logs(spec.secrets)
     key = (spec.connector, spec.task)
     _evict_idle(key)
     waiting = _RUNNERS.get(key)

@@ -33,6 +33,7 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
+from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
 from connect.config import ConfigDef, Importance, Type, at_least, in_range, non_empty, one_of
 from connect.connector import SinkConnector, SourceConnector
 from connect.converters import CONVERTERS
@@ -229,8 +230,10 @@ def _unknown_pipeline_key(key: str, classes: Mapping[str, type | None]) -> Confi
     return ConfigIssue(key, None, f"unknown pipeline key; did you mean {hint}?")
 
 
-def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfig:
-    """Validate a ``{"name": ..., "config": {...}}`` document; raise ConfigError with every issue."""
+def parse_pipeline(document: Any, *, source: str | None = None,
+                   client_policy: ClientConfigPolicy = DEFAULT_POLICY) -> PipelineConfig:
+    """Validate a ``{"name": ..., "config": {...}}`` document; raise ConfigError with every issue,
+    including every client setting ``client_policy`` refuses (code, local files)."""
     issues: list[ConfigIssue] = []
     if not isinstance(document, dict):
         raise ConfigError([ConfigIssue("$", None, "must be a JSON object with 'name' and 'config'")], source=source)
@@ -246,6 +249,7 @@ def parse_pipeline(document: Any, *, source: str | None = None) -> PipelineConfi
         issues.append(ConfigIssue("$.config", None, "must be an object of string keys to string values"))
         raise ConfigError(issues, source=source)
     flat = _flat_strings(config, issues)
+    issues.extend(client_policy.check(flat))
     own = {k: v for k, v in flat.items() if not k.startswith(_PREFIXES)}
     issues.extend(PIPELINE_CONFIG.validate(own))
     source_cls, source_cfg = _resolve_side(flat, "source", issues)
@@ -304,7 +308,7 @@ def resolve_env_references(document: Any, environ: Mapping[str, str] | None = No
     return {**document, "config": resolved.config}
 
 
-def load_pipeline_file(path: str | Path) -> PipelineConfig:
+def load_pipeline_file(path: str | Path, client_policy: ClientConfigPolicy = DEFAULT_POLICY) -> PipelineConfig:
     path = Path(path)
     try:
         text = path.read_bytes()
@@ -324,5 +328,5 @@ def load_pipeline_file(path: str | Path) -> PipelineConfig:
                 {k: v for k, v in document["config"].items() if isinstance(v, str)}, source=str(path))
         document = {**document, "config": {**document["config"], **resolved.config}}
         provided = frozenset(resolved.secret_values)
-    pipeline = parse_pipeline(document, source=str(path))
+    pipeline = parse_pipeline(document, source=str(path), client_policy=client_policy)
     return attrs.evolve(pipeline, provided_values=provided) if provided else pipeline

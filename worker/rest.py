@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import secrets
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import orjson
 from fastapi import FastAPI, Request, Response
@@ -29,6 +29,7 @@ from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
 from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
+from worker.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 
 __all__ = ["create_app", "RestAuth"]
 
@@ -79,9 +80,14 @@ async def _body(request: Request) -> Any:
     if not raw.strip():
         raise BadRequest("$: a JSON body is required")
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"$: not valid JSON: {exc}") from None
+    limit = request.app.state.max_json_depth
+    where = check_depth(body, limit)
+    if where is not None:
+        raise BadRequest(f"{where}: nested deeper than {limit} levels (rest.max.json.depth)")
+    return body
 
 
 def _bool_param(request: Request, name: str) -> bool:
@@ -136,11 +142,14 @@ _OFFSETS = _body_schema({"type": "object", "required": ["offsets"], "properties"
 _VALIDATE = _body_schema(_STRINGS, "A config of the plugin to check.")
 
 
-def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None, replicators: Any = None
-               ) -> FastAPI:
-    """The ASGI application over ``herder``."""
+def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None, replicators: Any = None,
+               allowed_hosts: Iterable[str] = ("localhost", "localhost.localdomain"),
+               allowed_origins: Iterable[str] = (), max_body: int = DEFAULT_MAX_BODY,
+               max_json_depth: int = DEFAULT_MAX_DEPTH) -> FastAPI:
+    """The ASGI application over ``herder``, behind :class:`worker.restguard.RestGuard`."""
     app = FastAPI(title="connect-bridge worker", version=VERSION,
                   description="Kafka Connect's REST API over a Spark-based cross-broker connector worker.")
+    app.state.max_json_depth = max_json_depth
     auth = auth or RestAuth()
 
     @app.middleware("http")
@@ -345,7 +354,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
             raise BadRequest("$: must be an object of config keys to values")
         config = {k: v for k, v in body.items() if k not in ("connector.class", "name")}
         cdef = cls.config_def()
-        issues = list(cls.validate(config)) + list(cdef.unknown_keys(config))
+        issues = list(cls.validate(config)) + list(cdef.unknown_keys(config)) + herder.client_policy.check(config)
         errors: dict[str, list[str]] = {}
         for issue in issues:
             errors.setdefault(issue.key, []).append(issue.message)
@@ -364,6 +373,8 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
 
     if replicators is not None:
         _replicator_routes(app, replicators, metrics)
+    # Added last, so it runs first: nothing (authentication included) sees a refused request.
+    app.add_middleware(RestGuard, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, max_body=max_body)
     return app
 
 

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
+from connect.clientpolicy import ClientConfigPolicy
 from connect.config import ConfigDef, Importance, Type, in_range, one_of
 from connect.errors import ConfigError, ConfigIssue
 from connect.secrets import install_log_redaction
@@ -38,6 +39,25 @@ WORKER_CONFIG = (
     .define("rest.tls.certfile", Type.STRING, "", "PEM certificate chain: serve HTTPS (with rest.tls.keyfile).")
     .define("rest.tls.keyfile", Type.STRING, "", "PEM private key of rest.tls.certfile.")
     .define("rest.tls.keyfile.password", Type.PASSWORD, "", "Password of an encrypted rest.tls.keyfile.")
+    .define("rest.allowed.hosts", Type.STRING, "localhost,localhost.localdomain",
+            "Host header names the REST API answers (comma list) besides IP literals, which are always accepted; "
+            "'*' accepts any. Against DNS rebinding: a web page whose name resolves to this worker is refused.")
+    .define("rest.allowed.origins", Type.STRING, "", "Browser origins (scheme://host:port, comma list) allowed to "
+            "call the REST API; a request with any other Origin header is refused (403), so a web page the "
+            "operator visits cannot drive the worker. The worker's own origin is always allowed.")
+    .define("rest.max.body.bytes", Type.INT, 1_048_576, "Largest request body the REST API reads (413 beyond).",
+            validator=in_range(1024, 1 << 30))
+    .define("rest.max.json.depth", Type.INT, 32, "Deepest nesting of a JSON request body (400 beyond).",
+            validator=in_range(4, 512))
+    .define("connector.client.config.override.policy", Type.STRING, "default",
+            "Client settings a connector may carry (KIP-458): default refuses settings that load code (e.g. "
+            "plugin.library.paths) and files outside connector.client.config.allowed.paths; all accepts any.",
+            validator=one_of("default", "all"))
+    .define("connector.client.config.allowed.paths", Type.STRING, "", "Directories (comma list) where connector "
+            "client settings naming files (ssl.ca.location, tls.trust.certs.file...) may point; relative to the "
+            "worker's working directory. Empty: none.")
+    .define("connector.client.config.allowed.keys", Type.STRING, "", "Client settings the default policy refuses "
+            "that connectors may set anyway (comma list, e.g. debug).")
     .define("data.dir", Type.STRING, "data", "Where the embedded stores (SQLite) live; locked by this worker.")
     .define("replicators.keystore.root", Type.STRING, "", "Where replicator onboarding (PIP-18) has the authPlugin "
             "keep credentials: <root>/<replicator id> (default: <data.dir>/keystore, absolute).")
@@ -118,6 +138,29 @@ def load_worker_config(path: str | Path | None, overrides: Mapping[str, Any] | N
     return WorkerConfig(values, resolved)
 
 
+# Variables a connector may read with ${env:...} when the operator sets no allowlist.pattern: the
+# names the shipped examples use. HOME, PATH, AWS_*, the worker's own settings... are refused.
+DEFAULT_ENV_ALLOWLIST = r"(CONNECT|SOURCE|TARGET|KAFKA|PULSAR|ROCKETMQ|STORE|SPARK)_[A-Z0-9_]*"
+
+
+def fenced_providers(config: WorkerConfig, keystore_root: str) -> dict[str, str]:
+    """The provider settings with the worker's fences (KIP-993) wherever the operator set none for a
+    built-in provider: ``file`` and ``directory`` read only under ``<data.dir>/secrets`` (and
+    ``directory`` the replicator keystore), ``env`` only :data:`DEFAULT_ENV_ALLOWLIST`. A REST caller
+    must not be able to send the worker's files or environment to a broker it chose."""
+    raw = config.providers_config()
+    names = [n.strip() for n in raw.get("config.providers", "env,file").split(",") if n.strip()]
+    secrets = os.path.join(os.path.abspath(config.get("data.dir")), "secrets")
+    defaults = {"env": ("allowlist.pattern", DEFAULT_ENV_ALLOWLIST), "file": ("allowed.paths", secrets),
+                "directory": ("allowed.paths", f"{secrets},{keystore_root}")}
+    out = dict(raw)
+    for name in names:
+        if name in defaults and raw.get(f"config.providers.{name}.class", name).strip() in (name, ""):
+            param, value = defaults[name]
+            out.setdefault(f"config.providers.{name}.param.{param}", value)
+    return out
+
+
 class Worker:
     """Builds and runs the service: stores, Spark, herder, metrics, REST server."""
 
@@ -126,7 +169,12 @@ class Worker:
         from worker.metrics import ConnectMetrics
 
         self.config = config
-        self.providers = ConfigProviders.from_worker_config(config.providers_config())
+        self.keystore_root = config.get("replicators.keystore.root") or os.path.join(
+            os.path.abspath(config.get("data.dir")), "keystore")
+        self.providers = ConfigProviders.from_worker_config(fenced_providers(config, self.keystore_root))
+        self.client_policy = ClientConfigPolicy.from_settings(config.get("connector.client.config.override.policy"),
+                                                              config.get("connector.client.config.allowed.keys"),
+                                                              config.get("connector.client.config.allowed.paths"))
         self.metrics = ConnectMetrics()
         self._spark_app = spark_app  # a running SparkApp/SparkContext to use (tests); None: start one
         self._owns_spark = spark_app is None
@@ -173,16 +221,18 @@ class Worker:
         self.port = sock.getsockname()[1]
         worker_id = c.get("worker.id") or f"{c.get('rest.host')}:{self.port}"
         self.herder = Herder(SparkExecutor(spark), self.stores, worker_id=worker_id, resolver=self._resolver,
-                             metrics=self.metrics, control_host=host)
+                             metrics=self.metrics, control_host=host, client_policy=self.client_policy)
         redactor = self.herder.redactor
         redactor.add(v for k, v in c.raw.items() if v and WORKER_CONFIG.is_secret(k))
         install_log_redaction(redactor)
         auth = RestAuth(c.get("rest.auth.token"), c.get("rest.auth.user"), c.get("rest.auth.password"))
         from worker.replicators import Replicators
 
-        root = c.get("replicators.keystore.root") or os.path.join(os.path.abspath(c.get("data.dir")), "keystore")
-        self.replicators = Replicators(self.herder, self.providers, root)
-        app = create_app(self.herder, auth=auth, metrics=self.metrics, replicators=self.replicators)
+        self.replicators = Replicators(self.herder, self.providers, self.keystore_root)
+        app = create_app(self.herder, auth=auth, metrics=self.metrics, replicators=self.replicators,
+                         allowed_hosts=_comma_list(c.get("rest.allowed.hosts")),
+                         allowed_origins=_comma_list(c.get("rest.allowed.origins")),
+                         max_body=c.get("rest.max.body.bytes"), max_json_depth=c.get("rest.max.json.depth"))
         tls = {}
         if c.get("rest.tls.certfile"):
             tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
@@ -208,6 +258,10 @@ class Worker:
                 self._spark_app.result().stop()
             except Exception:  # noqa: BLE001 - Spark never started
                 pass
+
+
+def _comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _ready(spark):

@@ -29,6 +29,7 @@ import attrs
 import orjson
 
 from connect.errors import ConnectError
+from connect.files import open_lock_file, private_dir, private_file
 
 __all__ = ["OffsetStore", "DataDirLocked", "OffsetBackend", "ConfigBackend", "StatusBackend", "Stores",
            "StoredConnector", "StoredStatus", "SqliteStores", "TARGET_STATES"]
@@ -115,9 +116,11 @@ CREATE TABLE IF NOT EXISTS offsets (
 
 class OffsetStore:
     def __init__(self, data_dir: str | Path):
-        self.path = Path(data_dir) / "offsets.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = private_dir(data_dir) / "offsets.sqlite"
         self._lock_fd = _lock_dir(self.path.parent)
+        for suffix in ("", "-wal", "-shm"):  # SQLite gives its side files the database file's mode
+            if suffix == "" or Path(f"{self.path}{suffix}").exists():
+                private_file(f"{self.path}{suffix}")
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -246,7 +249,7 @@ class SqliteStores:
 
 def _lock_dir(directory: Path) -> int:
     path = directory / "worker.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -60,10 +60,13 @@ def test_redactor_masks_secret_values_of_a_config():
     assert len(redact) > 0
 
 
-def test_redactor_ignores_short_values_and_non_secret_keys():
+def test_redactor_masks_short_values_only_where_they_stand_alone_and_ignores_non_secret_keys():
     redact = Redactor.from_config({"password": "abc", "host": "localhost"})
-    assert len(redact) == 0
-    assert redact.redact("abc localhost") == "abc localhost"
+    assert redact.redact("abc localhost") == f"{MASK} localhost"
+    assert redact.redact("pw=abc, abcdef, xabc, abc1") == f"pw={MASK}, abcdef, xabc, abc1"
+    assert "localhost" in redact.redact("host localhost")
+    single = Redactor(["7"])
+    assert len(single) == 0 and single.redact("partition 7") == "partition 7"  # one character: by key only
 
 
 def test_longer_secret_masked_whole_even_when_it_contains_another():
