@@ -10,8 +10,12 @@ on a TCP port, and each Python worker keeps one connection to it:
 - ``offsets``: the committed offsets of the partitions a starting task asks for - and only
   those, so no task ever receives another task's offsets.
 
-Every request carries the run's random secret; the server answers nothing without it. One JSON
-object per line each way (orjson).
+A connection starts with the run's random secret (``AUTH <secret>`` on a line of at most
+:data:`_HELLO_LIMIT` bytes, read within :data:`_HELLO_TIMEOUT_S`): the server reads nothing more
+from a peer that does not know it, so an unauthenticated peer can make it hold at most that line,
+and at most :data:`MAX_CONNECTIONS` connections are served at once. Then one JSON object per line
+each way (orjson), a request line at most :data:`MAX_LINE` bytes; every request carries the
+secret too.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Callable
 
 import orjson
 
-__all__ = ["ControlServer", "ControlClient", "client_for", "ControlAddress"]
+__all__ = ["ControlServer", "ControlClient", "client_for", "ControlAddress", "hello", "MAX_LINE", "MAX_CONNECTIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +37,34 @@ ControlAddress = tuple[str, int, str]  # host, port, secret
 
 Handler = Callable[[dict[str, Any]], Any]
 
+MAX_CONNECTIONS = 512
+MAX_LINE = 64 << 20  # a delegated epoch's spec (pickled classes included) fits with room to spare
+_HELLO_LIMIT = 128
+_HELLO_TIMEOUT_S = 10.0
+
+
+def hello(secret: str) -> bytes:
+    """The first line a client sends on a new connection."""
+    return f"AUTH {secret}\n".encode()
+
 
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def __init__(self, *args, **kwargs):
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def verify_request(self, request, client_address) -> bool:
+        return self.slots.acquire(blocking=False)  # over the cap: closed at once
+
+    def shutdown_request(self, request) -> None:
+        super().shutdown_request(request)
+        try:
+            self.slots.release()
+        except ValueError:  # a request refused by verify_request held no slot
+            pass
 
 
 class ControlServer:
@@ -49,7 +77,22 @@ class ControlServer:
 
         class _RequestHandler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                for line in self.rfile:
+                self.connection.settimeout(_HELLO_TIMEOUT_S)
+                try:
+                    first = self.rfile.readline(_HELLO_LIMIT)
+                except OSError:
+                    return
+                if not secrets.compare_digest(first, hello(outer.secret)):
+                    self.wfile.write(orjson.dumps({"error": "wrong secret"}) + b"\n")
+                    return
+                self.connection.settimeout(None)
+                while True:
+                    line = self.rfile.readline(MAX_LINE + 1)
+                    if not line:
+                        return
+                    if len(line) > MAX_LINE:
+                        self.wfile.write(orjson.dumps({"error": f"request longer than {MAX_LINE} bytes"}) + b"\n")
+                        return
                     try:
                         answer = outer._answer(orjson.loads(line))
                     except Exception as exc:  # noqa: BLE001 - report to the caller, keep serving
@@ -92,6 +135,7 @@ class ControlClient:
     def _connect(self) -> None:
         self._sock = socket.create_connection((self.host, self.port), timeout=self._timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock.sendall(hello(self._secret))
         self._file = self._sock.makefile("rb")
 
     def _close(self) -> None:
@@ -111,7 +155,7 @@ class ControlClient:
                     if self._sock is None:
                         self._connect()
                     self._sock.sendall(payload)
-                    line = self._file.readline()
+                    line = self._file.readline(MAX_LINE + 1)
                     if not line:
                         raise ConnectionError("the driver closed the control connection")
                     break

@@ -49,7 +49,7 @@ from connect.sink import SinkTask, SinkTaskContext
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, EpochResult
 from connect.tasks.runner import TaskPairRunner
-from worker.control import ControlAddress, ControlServer, client_for
+from worker.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
 __all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id"]
 
@@ -347,8 +347,8 @@ def _delegate(home: ControlAddress, spec: TaskPairSpec, control: ControlAddress 
         with sock:
             # The home needs at most the epoch, its grace and a task start (lookups of 10 s).
             sock.settimeout((p.epoch_max_ms + p.epoch_grace_ms) / 1000 + 60)
-            sock.sendall(orjson.dumps(payload) + b"\n")
-            line = sock.makefile("rb").readline()
+            sock.sendall(hello(secret) + orjson.dumps(payload) + b"\n")
+            line = sock.makefile("rb").readline(MAX_LINE + 1)
         answer = orjson.loads(line) if line else {"error": "the home process closed the connection"}
         if "error" in answer:
             raise ConnectionError(answer["error"])

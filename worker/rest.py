@@ -202,7 +202,8 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         if metrics is None:
             return Response("", media_type="text/plain")
         body, content_type = await call(metrics.render)
-        return Response(body, media_type=content_type)
+        # Label values (topics, connector names) may have come from a provider: mask them too.
+        return Response(herder.redactor.redact(body.decode()).encode(), media_type=content_type)
 
     # -- connectors -------------------------------------------------------------------------
     @app.get("/connectors")

@@ -37,7 +37,15 @@ SPARK_DEFAULTS = {
     # Python workers import PySpark from the environment, with its cached bytecode, not from the
     # zip Spark puts first on their path (see worker.pydaemon): 1.0 s off the first job.
     "spark.python.daemon.module": "worker.pydaemon",
+    # Safe at no cost (README, Security): the UI's kill links are plain GETs a web page could
+    # trigger; Spark's own redaction of its UI and event logs also covers credential-named keys.
+    "spark.ui.killEnabled": "false",
+    "spark.redaction.regex": r"(?i)secret|passw(or)?d|token|credential|jaas|access[._-]?key|api[._-]?key|private[._-]?key",
 }
+
+# In local mode nothing needs to be reachable from another host: the driver's RPC, block manager
+# and UI listen on loopback only (the UI follows SPARK_LOCAL_IP, not spark.driver.bindAddress).
+LOCAL_LOOPBACK = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
 
 
 # In local mode the driver JVM is also the executor, and it only schedules: records never enter
@@ -107,6 +115,8 @@ def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: st
     settings = dict(SPARK_DEFAULTS)
     if master.startswith("local"):
         settings["spark.driver.extraJavaOptions"] = LOCAL_DRIVER_JAVA_OPTIONS
+        settings.update(LOCAL_LOOPBACK)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings.update(conf or {})
     archive = ClassArchive.for_this_install() if SparkContext._gateway is None else None
     options = archive.java_options() if archive is not None else ""

@@ -23,7 +23,8 @@ def fuzzed_worker(spark, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def api_schema(fuzzed_worker):
-    return schemathesis.openapi.from_asgi("/openapi.json", create_app(fuzzed_worker.herder, metrics=fuzzed_worker.metrics))
+    app = create_app(fuzzed_worker.herder, metrics=fuzzed_worker.metrics, allowed_hosts=("testserver", "localhost"))
+    return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 
 def test_no_server_errors_and_kafka_connect_error_bodies(api_schema):

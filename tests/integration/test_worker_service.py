@@ -49,7 +49,7 @@ def test_worker_root_health_openapi_and_plugins(worker_factory):
 def test_malformed_requests_answer_400_naming_the_json_path_and_404_409(worker_factory, kafka_pair, unique):
     a, b = kafka_pair
     _, c = worker_factory()
-    r = c.post("/connectors", content=b"{not json")
+    r = c.post("/connectors", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error_code"] == 400 and r.json()["message"].startswith("$: not valid JSON")
     r = c.post("/connectors", json={"name": "x"})
     assert r.status_code == 400 and "$.config" in r.json()["message"]
@@ -216,7 +216,8 @@ def test_a_failing_task_is_failed_with_its_trace_others_run_and_restart_revives_
 def test_secrets_are_masked_and_provider_references_resolved_only_at_start(worker_factory, kafka_pair, unique, tmp_path,
                                                                           caplog):
     a, b = kafka_pair
-    secrets_file = Path(tmp_path) / "secrets.properties"
+    secrets_file = Path(tmp_path) / "worker" / "secrets" / "secrets.properties"  # the worker's default fence
+    secrets_file.parent.mkdir(parents=True)
     secrets_file.write_text(f"bootstrap={a.bootstrap}\nsasl.password=hunter2-very-secret\n")
     _, c = worker_factory()
     name = f"sec-{unique}"
