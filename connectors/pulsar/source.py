@@ -42,6 +42,7 @@ from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
 from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
+from connectors.pulsar.guards import GuardedPartition, ReaderGuards
 from connectors.pulsar.mapping import BASE64_KEY, BASE64_PROPERTIES, ORDERING_KEY_HEADER
 from connectors.pulsar.schemas import SchemaLookup
 
@@ -212,30 +213,24 @@ class PulsarSourceConnector(PartitionedSourceConnector):
 
 
 
-class _Partition:
-    """One assigned partition: its reader and where it stands."""
+class _Partition(GuardedPartition):
+    """One assigned partition: its reader, where it stands (the guards' part), and the source's own."""
 
-    __slots__ = ("reader", "sp", "part", "topic", "floor", "held", "last", "idle_since", "check", "opening", "start")
+    __slots__ = ("sp", "part", "topic", "floor")
 
     def __init__(self, reader, sp: dict, part: int, topic: str, floor, start: tuple) -> None:
-        self.reader = reader
+        super().__init__(reader, partition_topic(topic, part), start)
         self.sp = sp
         self.part = part
         self.topic = topic
         self.floor = floor  # publish-time floor of a timestamp start, until the first message at or after it
-        self.held = None  # a message whose schema lookup failed: read again first
-        self.last: tuple | None = None  # (ledger, entry, batch) of the last message delivered
-        self.idle_since: float | None = None  # since when reads found nothing buffered
-        self.check: list | None = None  # an asynchronous has-message-available question in flight
-        self.opening: list | None = None  # a new reader being opened asynchronously (see _reopen)
-        self.start = start  # (message id, inclusive): where the reader began
-
-    @property
-    def name(self) -> str:
-        return partition_topic(self.topic, self.part)
 
 
-class PulsarSourceTask(SourceTask):
+class PulsarSourceTask(ReaderGuards, SourceTask):
+    """Reads its partitions round robin; the readers are guarded against stalls and re-deliveries
+    (:mod:`connectors.pulsar.guards`, whose ``_read`` loop drops what was delivered already), and
+    ``_take`` builds the records on the hot path."""
+
     def start(self, config: Mapping[str, Any], context) -> None:
         import pulsar
 
@@ -332,201 +327,48 @@ class PulsarSourceTask(SourceTask):
             self._read_guarded(readers[self._next], self._batch, wait_ms, out)
         return out
 
-    def _read_guarded(self, entry: _Partition, most: int, wait_ms: int, out: list) -> None:
-        if entry.opening is not None and entry.opening[0] is not None:
-            self._swap(entry)
-        before = len(out)
-        try:
-            dropped = self._read(entry, most, wait_ms, out)
-        except self._pulsar.Timeout:
-            dropped = 0
-        except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
-            # The reader has moved past whatever it handed over, delivered or not: a new one is
-            # opened after the last message delivered. What this poll read before the failure (from
-            # this partition or others, whose positions moved already) goes out; with nothing read,
-            # the poll fails and is retried.
-            self._reopen(entry, f"failed to read: {exc}")
-            if len(out) == 0:
-                raise RetriableError(f"reading {entry.name} failed: {exc}") from exc
-            return
-        if dropped:
-            # A reader that delivers what it delivered before has re-subscribed from a stale
-            # position after a reconnection: its subscription is not trusted any more.
-            self.duplicates_dropped += dropped
-            self._reopen(entry, f"delivered {dropped} message(s) at or before the last one it delivered")
-        elif len(out) > before:
-            entry.idle_since = entry.check = None
-        else:
-            self._check_idle(entry)
-
-    def _check_idle(self, entry: _Partition) -> None:
-        """A reader with nothing buffered for ``reader.stall.check.ms`` while the broker says its
-        partition has messages after the last one delivered has stalled (seen after broker
-        restarts: the re-subscribed consumer gets no more messages): it is opened again.
-
-        The broker is asked asynchronously (``has_message_available`` blocks without a timeout
-        while the broker is away); the answer is looked at by a later poll, and only counts if
-        the reader delivered nothing meanwhile."""
-        if not self._stall_s:
-            return
-        now = time.monotonic()
-        if entry.idle_since is None:
-            entry.idle_since = now
-            return
-        check = entry.check
-        if check is not None:
-            if check[2] is None:  # not answered yet
-                if now - check[1] > max(2 * self._stall_s, 10.0):
-                    entry.check = None  # unanswered: ask again later (a late answer is ignored)
-                    entry.idle_since = now
-                return
-            entry.check = None
-            entry.idle_since = now
-            if check[2] and check[0] == entry.last:
-                self._reopen(entry, f"delivered nothing for {self._stall_s:g} s while the broker has more messages")
-            return
-        if now - entry.idle_since < self._stall_s:
-            return
-        if not entry.reader.is_connected():  # gave up reconnecting (seen after broker restarts): a fresh lookup
-            entry.idle_since = now
-            self._reopen(entry, f"delivered nothing for {self._stall_s:g} s and is not connected")
-            return
-        check = entry.check = [entry.last, now, None]  # [last delivered when asked, asked at, answer]
-        ok = self._pulsar.Result.Ok
-
-        def answered(result, available, check=check) -> None:  # on the client's IO thread
-            check[2] = result == ok and bool(available)
-
-        try:
-            entry.reader._reader.has_message_available_async(answered)
-        except Exception as exc:  # noqa: BLE001 - the reader is closing or the broker unreachable: ask later
-            log.debug("checking %s for messages: %s", entry.name, exc)
-            entry.check = None
-            entry.idle_since = now
-
-    def _reopen(self, entry: _Partition, why: str) -> None:
-        """Open a new reader just after the last message delivered, asynchronously (a lookup waits
-        up to operation.timeout.ms while the broker is away; a poll must not); a later poll swaps it
-        in and closes the old one. If it cannot be opened, the old one stays and is tried again later."""
-        if entry.opening is not None:
-            return  # one at a time
-        if entry.last is not None:
-            start_id, inclusive = self._pulsar.MessageId(-1, *entry.last), False
-        else:
-            start_id, inclusive = entry.start
-        opening = entry.opening = [None, None, why]  # [result, extension reader, why]
-
-        def opened(result, reader, opening=opening) -> None:  # on the client's IO thread
-            opening[1] = reader
-            opening[0] = result
-
-        try:
-            self._open_async(entry.name, start_id, inclusive, opened)
-        except Exception as exc:  # noqa: BLE001 - the client refused at once: ask again later
-            opening[0] = exc
-        if opening[0] is not None:
-            self._swap(entry)
-
-    def _open_async(self, name: str, start_id, inclusive: bool, callback) -> None:
-        import _pulsar
-
-        conf = _pulsar.ReaderConfiguration()
-        conf.receiver_queue_size(self._queue)
-        conf.start_message_id_inclusive(inclusive)
-        self._client._client.create_reader_async(name, getattr(start_id, "_msg_id", start_id), conf, callback)
-
-    def _swap(self, entry: _Partition) -> None:
-        """A new reader's opening has an outcome: swap it in (closing the old one), or keep the old."""
-        result, raw, why = entry.opening
-        entry.opening = None
-        if result != self._pulsar.Result.Ok:
-            log.warning("reader on %s %s; opening a new one failed, trying again later: %s", entry.name, why, result)
-            entry.idle_since = time.monotonic()
-            entry.check = None
-            return
-        reader = self._pulsar.Reader()  # the extension's reader, in the wrapper the rest of the task uses
-        reader._reader, reader._client = raw, self._client
-        consumers = getattr(self._client, "_consumers", None)
-        if consumers is not None:
-            consumers.append(reader)  # as pulsar.Client.create_reader registers its readers (closed with it)
-        log.warning("reader on %s %s: opened again after %s", entry.name, why, entry.last or "its start")
-        old, entry.reader = entry.reader, reader
-        try:
-            old.close()
-        except Exception:  # noqa: BLE001 - closing is best effort
-            pass
-        entry.idle_since = entry.check = None
-        self.readers_reopened += 1
-
-    def _read(self, entry: _Partition, most: int, wait_ms: int, out: list) -> int:
-        """Up to ``most`` messages of one reader into ``out``; the first read waits ``wait_ms``.
-        Returns how many messages were dropped as at or before the last one delivered."""
-        sp, part, topic, floor = entry.sp, entry.part, entry.topic, entry.floor
-        record = make_record
-        append = out.append
-        # The extension's reader and messages directly: pulsar.Reader.read_next wraps each message
-        # in a Python object and type-checks its argument, pulsar.Message forwards every accessor:
-        # two Python calls per field per message, on the hot path.
-        read = entry.reader._reader.read_next
-        hint = part if part >= 0 else None
+    def _take(self, entry: _Partition, m, pos: tuple, out: list) -> bool:
+        """One message not delivered before, as a record into ``out`` (the guards' ``_read`` loop
+        calls it). The extension's messages directly: pulsar.Message forwards every accessor, two
+        Python calls per field per message on the hot path. False: its schema lookup failed, it is
+        held and read again first next poll."""
+        floor = entry.floor
+        if floor is not None:
+            if m.publish_timestamp() < floor:
+                return True  # published before the start time: not read
+            entry.floor = None
+        props = m.properties()
+        key = m.partition_key() or None
+        headers = None
+        if props:
+            if BASE64_KEY in props or BASE64_PROPERTIES in props:
+                key, props = _decode_marked(key, props)
+            headers = [(k, v if v.__class__ is bytes else v.encode()) for k, v in props.items()]
+        if key.__class__ is str:
+            key = key.encode()
+        ordering = m.ordering_key()
+        if ordering:
+            headers = (headers or []) + [(ORDERING_KEY_HEADER, ordering if ordering.__class__ is bytes
+                                          else ordering.encode())]
+        schema = None
         schemas = self._schemas
-        last = entry.last
-        dropped = 0
-        if entry.held is not None:
-            m, entry.held = entry.held, None
-        else:
-            m = read(wait_ms)
-        taken = 0
-        try:
-            while True:
-                taken += 1
-                mid = m.message_id()
-                pos = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-                if last is not None and pos <= last:
-                    dropped += 1  # delivered already (message ids only grow within a partition)
-                elif floor is not None and m.publish_timestamp() < floor:
-                    last = pos  # published before the start time: not read
-                else:
-                    floor = entry.floor = None
-                    props = m.properties()
-                    key = m.partition_key() or None
-                    headers = None
-                    if props:
-                        if BASE64_KEY in props or BASE64_PROPERTIES in props:
-                            key, props = _decode_marked(key, props)
-                        headers = [(k, v if v.__class__ is bytes else v.encode()) for k, v in props.items()]
-                    if key.__class__ is str:
-                        key = key.encode()
-                    ordering = m.ordering_key()
-                    if ordering:
-                        headers = (headers or []) + [(ORDERING_KEY_HEADER, ordering if ordering.__class__ is bytes
-                                                      else ordering.encode())]
-                    schema = None
-                    if schemas is not None:
-                        version = m.int_schema_version()  # -1: written without a schema
-                        if version >= 0:
-                            schema = schemas.get(topic, version)
-                            if schema is None:
-                                try:
-                                    schema = schemas.fetch(topic, version)
-                                except RetriableError as exc:
-                                    entry.held = m  # read again first, next poll; what was read before it goes now
-                                    log.warning("%s; holding %s", exc, entry.name)
-                                    return dropped
-                    data = m.data()
-                    if not data and m.has_null_value():
-                        data = None  # Pulsar's null value (a tombstone): Kafka's null value
-                    append(record(topic, key, data, headers, m.event_timestamp() or m.publish_timestamp(), sp,
-                                  {"ledger": pos[0], "entry": pos[1], "batch": pos[2]}, hint, schema))
-                    last = pos
-                if taken >= most or len(out) >= self._batch:
-                    return dropped
-                try:
-                    m = read(0)  # raises Timeout when nothing is buffered: the caller moves on
-                except self._pulsar.Timeout:
-                    return dropped
-        finally:
-            entry.last = last
+        if schemas is not None:
+            version = m.int_schema_version()  # -1: written without a schema
+            if version >= 0:
+                schema = schemas.get(entry.topic, version)
+                if schema is None:
+                    try:
+                        schema = schemas.fetch(entry.topic, version)
+                    except RetriableError as exc:
+                        log.warning("%s; holding %s", exc, entry.name)
+                        return False
+        data = m.data()
+        if not data and m.has_null_value():
+            data = None  # Pulsar's null value (a tombstone): Kafka's null value
+        part = entry.part
+        out.append(make_record(entry.topic, key, data, headers, m.event_timestamp() or m.publish_timestamp(), entry.sp,
+                               {"ledger": pos[0], "entry": pos[1], "batch": pos[2]}, part if part >= 0 else None, schema))
+        return True
 
     def lag_by_partition(self) -> dict[str, int] | None:
         """Entries behind the end per partition, from the admin API's internal stats (with

@@ -318,3 +318,34 @@ def test_a_read_failing_midway_keeps_what_was_read_and_reopens_after_it():
     with pytest.raises(RetriableError, match="reading persistent://public/default/t-partition-0 failed"):
         task.poll()
     assert len(opened) == 1 and nothing.closed
+
+
+def test_topic_readers_check_with_the_source_guards_each_message_once_and_stalled_readers_opened_again():
+    """TopicReaders (what `make demo-pulsar` checks the target with) reads through the source's
+    guards: a message delivered again is dropped and its reader opened again after the last one
+    delivered; a reader that finds nothing while the broker has more is opened again too."""
+    import time
+
+    import pulsar
+
+    from connectors.pulsar.guards import TopicReaders
+
+    again = _Reader([_Msg(1, -1), _Msg(2, -1), _Msg(1, -1), _Msg(3, -1)])  # a stale re-subscription
+    stalled = _Reader([_Msg(1, -1)], available=True)
+
+    class Client:
+        def create_reader(self, name, start, receiver_queue_size):
+            return {"a": again, "b": stalled}[name]
+
+    readers = TopicReaders(Client(), ["a", "b"], stall_ms=50)
+    opened = []
+    readers._open_async = lambda name, start, inclusive, done: (opened.append((name, start.entry_id(), inclusive)),
+                                                                done(pulsar.Result.Ok, _Reader([])))
+    got = readers.read(wait_ms=0)
+    assert [(topic, m.id.pos[1]) for topic, m in got] == [("a", 1), ("a", 2), ("a", 3), ("b", 1)]
+    assert readers.duplicates_dropped == 1 and opened == [("a", 3, False)] and again.closed
+    assert readers.read(wait_ms=0) == []  # b idle from now on
+    time.sleep(0.06)
+    readers.read(wait_ms=0)  # asked; the answer is looked at next time
+    assert readers.read(wait_ms=0) == [] and opened[1:] == [("b", 1, False)] and stalled.closed
+    assert readers.readers_reopened == 2
