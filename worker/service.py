@@ -123,7 +123,11 @@ def load_worker_config(path: str | Path | None, overrides: Mapping[str, Any] | N
         raise ConfigError(issues, source=source)
     from connect.providers import ConfigProviders
 
-    providers = ConfigProviders.from_worker_config({k: v for k, v in raw.items() if k.startswith("config.providers")})
+    # The worker file is the operator's own: its references (the REST token, the store's address...)
+    # are resolved without the fences that keep connectors (REST callers) away from them.
+    fences = (".param.allowlist.pattern", ".param.allowed.paths")
+    providers = ConfigProviders.from_worker_config({k: v for k, v in raw.items()
+                                                    if k.startswith("config.providers") and not k.endswith(fences)})
     resolved = providers.resolve(raw).config
     issues = list(WORKER_CONFIG.validate(resolved)) + list(WORKER_CONFIG.unknown_keys(resolved))
     values = WORKER_CONFIG.parse(resolved, source=source) if not issues else {}
@@ -139,8 +143,9 @@ def load_worker_config(path: str | Path | None, overrides: Mapping[str, Any] | N
 
 
 # Variables a connector may read with ${env:...} when the operator sets no allowlist.pattern: the
-# names the shipped examples use. HOME, PATH, AWS_*, the worker's own settings... are refused.
-DEFAULT_ENV_ALLOWLIST = r"(CONNECT|SOURCE|TARGET|KAFKA|PULSAR|ROCKETMQ|STORE|SPARK)_[A-Z0-9_]*"
+# names the shipped connector examples use. HOME, PATH, AWS_*, the worker's own settings (CONNECT_TOKEN,
+# STORE_BOOTSTRAP...) are refused: a REST caller could send any readable value to a broker it chose.
+DEFAULT_ENV_ALLOWLIST = r"(SOURCE|TARGET|KAFKA|PULSAR|ROCKETMQ)_[A-Z0-9_]*"
 
 
 def fenced_providers(config: WorkerConfig, keystore_root: str) -> dict[str, str]:

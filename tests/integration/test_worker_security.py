@@ -39,9 +39,9 @@ def _answers_everything(c: httpx.Client, name: str) -> str:
 
 @pytest.fixture
 def secrets_env(monkeypatch):
-    monkeypatch.setenv("CONNECT_TEST_CANARY", CANARY)
-    monkeypatch.setenv("CONNECT_TEST_SHORT", SHORT)
-    monkeypatch.setenv("HOME_SECRET_NOT_ALLOWED", CANARY)
+    monkeypatch.setenv("SOURCE_TEST_CANARY", CANARY)
+    monkeypatch.setenv("SOURCE_TEST_SHORT", SHORT)
+    monkeypatch.setenv("CONNECT_TOKEN", CANARY)
 
 
 def test_provider_values_never_echoed_in_validation_errors(worker_factory, kafka_pair, unique, tmp_path, secrets_env,
@@ -52,11 +52,11 @@ def test_provider_values_never_echoed_in_validation_errors(worker_factory, kafka
     secrets_dir.mkdir(exist_ok=True)
     (secrets_dir / "s.properties").write_text(f"pw={CANARY}\nshort={SHORT}\n")
     cases = {
-        "env": "x${env:CONNECT_TEST_CANARY}",
+        "env": "x${env:SOURCE_TEST_CANARY}",
         "file": f"x${{file:{secrets_dir}/s.properties:pw}}",
-        "short env": "${env:CONNECT_TEST_SHORT}",
+        "short env": "${env:SOURCE_TEST_SHORT}",
         "short file": f"${{file:{secrets_dir}/s.properties:short}}",
-        "default": "x${env:CONNECT_TEST_UNSET:-" + CANARY + "}",
+        "default": "x${env:SOURCE_TEST_UNSET:-" + CANARY + "}",
     }
     for what, value in cases.items():
         r = c.post("/connectors", json={"name": f"{unique}-n", "config": _source(a, unique, **{"tasks.max": value})})
@@ -70,7 +70,7 @@ def test_provider_values_never_echoed_in_validation_errors(worker_factory, kafka
         "tasks.max": "x${file:/etc/passwd:root}"})})
     assert r.status_code == 400 and "outside allowed.paths" in r.text and "tasks.max" in r.text and ":0:0:" not in r.text
     r = c.post("/connectors", json={"name": f"{unique}-n", "config": _source(a, unique, **{
-        "source.client.id": "${env:HOME_SECRET_NOT_ALLOWED}"})})
+        "source.client.id": "${env:CONNECT_TOKEN}"})})
     assert r.status_code == 400 and "not allowed by allowlist.pattern" in r.text and "source.client.id" in r.text
     assert CANARY not in r.text
     # the plugin validate endpoint echoes no secret either
@@ -115,13 +115,13 @@ def test_configs_are_stored_as_strings_and_secret_literals_stay_masked(worker_fa
     _, c = worker_factory()
     name = f"{unique}-num"
     config = {**_source(a, unique), "tasks.max": 2, "errors.log.enable": True,
-              "sink.producer.override.sasl.password": "lit3ral-" + CANARY + "-${env:CONNECT_TEST_UNSET:-}",
+              "sink.producer.override.sasl.password": "lit3ral-" + CANARY + "-${env:SOURCE_TEST_UNSET:-}",
               "source.client.override.sasl.password": "plain-" + CANARY + "-${notareference"}
     r = c.post("/connectors", json={"name": name, "config": config, "initial_state": "STOPPED"})
     assert r.status_code == 201, r.text
     shown = c.get(f"/connectors/{name}/config").json()
     assert shown["tasks.max"] == "2" and shown["errors.log.enable"] == "true"
-    assert shown["sink.producer.override.sasl.password"] == "********${env:CONNECT_TEST_UNSET:-}"
+    assert shown["sink.producer.override.sasl.password"] == "********${env:SOURCE_TEST_UNSET:-}"
     assert shown["source.client.override.sasl.password"] == "********"
     for path in (f"/connectors/{name}", "/connectors?expand=info", "/replicators", f"/connectors/{name}/status"):
         r = c.get(path)
@@ -267,10 +267,10 @@ def test_files_at_rest_are_owner_only_and_the_lock_follows_no_symlink(tmp_path):
 
 def _fuzz_value(rng, secrets_dir: Path, keystore: str):
     return rng.choice([
-        "x${env:CONNECT_TEST_CANARY}", "${env:CONNECT_TEST_CANARY}", f"${{file:{secrets_dir}/s.properties:pw}}",
+        "x${env:SOURCE_TEST_CANARY}", "${env:SOURCE_TEST_CANARY}", f"${{file:{secrets_dir}/s.properties:pw}}",
         f"a${{file:{secrets_dir}/s.properties:pw}}b", f"${{directory:{secrets_dir}:pw}}", f"${{directory:{keystore}:pw}}",
-        "${env:HOME}", "${file:/etc/passwd:root}", "${nope:x:y}", "${env:}", "$${env:CONNECT_TEST_CANARY}",
-        "${env:CONNECT_TEST_UNSET:-" + CANARY + "}", 7, -1, 2 ** 70, 1.5, True, None, [], {}, {"a": CANARY}, "",
+        "${env:HOME}", "${file:/etc/passwd:root}", "${nope:x:y}", "${env:}", "$${env:SOURCE_TEST_CANARY}",
+        "${env:SOURCE_TEST_UNSET:-" + CANARY + "}", 7, -1, 2 ** 70, 1.5, True, None, [], {}, {"a": CANARY}, "",
         "\u0000\ud7ff\n", "x" * 300, "kafka", "none", "all", "earliest", "1",
     ])
 
@@ -282,11 +282,11 @@ def _fuzz_config(rng, a, secrets_dir: Path, keystore: str) -> dict:
             "source.cluster.alias", "sink.cluster.alias", "errors.deadletterqueue.topic.name", "source.topcs", "",
             "sink.producer.override.sasl.password", "source.client.override.sasl.jaas.config", "dlq.secret.key",
             "source.client.override.plugin.library.paths", "sink.producer.override.ssl.key.location", "name",
-            "source.auth.token", "sink.access.key", "db.password", "api_key", "${env:CONNECT_TEST_CANARY}"]
+            "source.auth.token", "sink.access.key", "db.password", "api_key", "${env:SOURCE_TEST_CANARY}"]
     for _ in range(rng.randint(0, 6)):
         key = rng.choice(keys)
         if "passw" in key or "secret" in key or "jaas" in key or "token" in key or "api_key" in key:
-            config[key] = rng.choice([CANARY, f"pre-{CANARY}", f"{CANARY}-${{env:CONNECT_TEST_UNSET:-}}",
+            config[key] = rng.choice([CANARY, f"pre-{CANARY}", f"{CANARY}-${{env:SOURCE_TEST_UNSET:-}}",
                                       _fuzz_value(rng, secrets_dir, keystore)])
         else:
             config[key] = _fuzz_value(rng, secrets_dir, keystore)
@@ -353,7 +353,7 @@ def test_rest_fuzz_no_5xx_and_the_canary_never_appears(worker_factory, kafka_pai
                     "replicationProperties": rng.choice([{"bootstrap.servers": b.bootstrap}, {}, config]),
                     "authPlugin": rng.choice(["directory", "env", "", "vault", 1]),
                     "authParam": rng.choice([{"client.override.sasl.password": CANARY}, {"../x": CANARY}, {}, [CANARY]]),
-                    "config": rng.choice([{}, {"tasks.max": "x${env:CONNECT_TEST_CANARY}"}, config])}
+                    "config": rng.choice([{}, {"tasks.max": "x${env:SOURCE_TEST_CANARY}"}, config])}
             send("POST", "/replicators", body)
             for rid in [r["id"] for r in c.get("/replicators").json()]:
                 check("DELETE", "/replicators", c.delete(f"/replicators/{rid}"))
