@@ -146,7 +146,7 @@ class PartitionedSourceConnector(SourceConnector):
                 return None
             error = self._refresh_error
         regex = self.config.get("topics.regex")
-        what = f"topics matching {regex!r}" if regex else f"topic(s) {self.config.get('topics')!r} to exist"
+        what = f"topics matching '{regex}'" if regex else f"topic(s) '{self.config.get('topics')}' to exist"
         if not self._interval_ms:
             return f"nothing to read, and refresh.topics.interval.ms=0 never looks again for {what}: " \
                    "restart the connector once they exist"

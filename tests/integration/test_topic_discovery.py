@@ -5,7 +5,8 @@ created 10 s later with records, and every record is mirrored within
 mirrored, and the new queues are mirrored too, into a target grown to match.
 
 The three connectors run side by side in one driver (each in its own thread, as ``connect run``
-runs them), so the 10 s wait is paid once."""
+runs them), so the 10 s wait is paid once. The worker's REST status says what a connector without
+task pairs waits for."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pipeline_util import assert_delivered_in_order, make_driver, pair_pipeline
 from pulsar_admin import FakePulsarAdmin
 from rocketmq_util import consume_all as rocketmq_consume_all
 from rocketmq_util import produce as rocketmq_produce
+from service_util import wait_for
 
 from connectors.rocketmq.client import SyncRocketMQClient
 
@@ -135,3 +137,16 @@ def test_sources_started_before_their_topics_pick_them_up_and_a_growing_queue_co
         expected = [i for i in range(N) if i % 2 == q] + [i for i in range(N, 2 * N) if i % 4 == q]
         assert_delivered_in_order([_index(m.body) for m in msgs], expected, f"queue {q}")
 
+
+
+def test_the_rest_status_says_what_a_connector_without_task_pairs_waits_for(worker_factory, kafka_pair, unique):
+    src, dst = kafka_pair
+    regex = rf"none\.{hashlib.sha1(unique.encode()).hexdigest()[:8]}.*"
+    _, c = worker_factory()
+    config = {"source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap, "source.topics.regex": regex,
+              "sink.connector.class": "kafka", "sink.bootstrap.servers": dst.bootstrap}
+    assert c.post("/connectors", json={"name": unique, "config": config}).status_code == 201
+    status = wait_for(lambda: (s := c.get(f"/connectors/{unique}/status").json())["connector"].get("waiting") and s, 30,
+                      "a status that says what the connector waits for")
+    assert status["connector"]["state"] == "RUNNING" and status["tasks"] == []
+    assert status["connector"]["waiting"] == f"waiting for topics matching '{regex}' (looking every 10 s)"
