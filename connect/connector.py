@@ -91,6 +91,12 @@ class SourceConnector(Connector):
         """
         return None
 
+    def waiting_for(self) -> str | None:
+        """While the connector has no work to hand out (``task_configs`` is empty): what it waits
+        for, in words for status and progress ("waiting for topics matching 'orders.*'"); None
+        otherwise, or when it cannot say."""
+        return None
+
 
 class SinkConnector(Connector):
     kind = "sink"

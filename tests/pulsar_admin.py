@@ -10,7 +10,12 @@ that ``connectors.pulsar.metadata`` uses, and nothing else:
   ``DELETE .../property/{key}``, each applied into the stored Policies as Pulsar does
   (``retention_policies``, ``message_ttl_in_seconds``, ``properties``; a removal sets null);
 - ``GET/PUT/POST /admin/v2/persistent/{t}/{ns}/{topic}/partitions`` (``{"partitions": N}``, 0 for a
-  topic that is not partitioned or not there, as Pulsar answers; create; grow).
+  topic that is not partitioned or not there, as Pulsar answers; create; grow);
+- ``PUT /admin/v2/persistent/{t}/{ns}/{topic}`` (create a non-partitioned topic) and
+  ``GET /admin/v2/namespaces/{t}/{ns}/topics`` (the namespace's topics, a partitioned one listed
+  partition by partition as ``...-partition-N``), what a source's ``topics.regex`` lists. The
+  topics are the ones created here: pulsar-lite cannot list its own, so a test creates a topic here
+  and writes to it on pulsar-lite, as an operator creates it with pulsar-admin then produces.
 
 TenantInfo and Policies JSON are stored as given, stamp fields (``lastUpdatedBy`` /
 ``lastUpdatedTime``) included, as a Pulsar storing PIP-136's fields would. Errors answer with
@@ -42,6 +47,7 @@ class FakePulsarAdmin(http.server.ThreadingHTTPServer):
         self.tenants: dict[str, dict] = {}
         self.namespaces: dict[str, dict] = {}  # "tenant/ns" -> Policies
         self.partitioned: dict[str, int] = {}  # "persistent://t/ns/topic" -> partitions
+        self.topics: set[str] = set()  # non-partitioned "persistent://t/ns/topic"
         self.token = token
         self.fail_next: list[int] = []
         self.requests: list[tuple[str, str]] = []
@@ -64,6 +70,8 @@ class FakePulsarAdmin(http.server.ThreadingHTTPServer):
             ("GET", re.compile(rf"/admin/v2/(persistent|non-persistent)/{_SEG}/{_SEG}/{_SEG}/partitions"), self._get_parts),
             ("PUT", re.compile(rf"/admin/v2/(persistent|non-persistent)/{_SEG}/{_SEG}/{_SEG}/partitions"), self._put_parts),
             ("POST", re.compile(rf"/admin/v2/(persistent|non-persistent)/{_SEG}/{_SEG}/{_SEG}/partitions"), self._post_parts),
+            ("PUT", re.compile(rf"/admin/v2/(persistent|non-persistent)/{_SEG}/{_SEG}/{_SEG}"), self._put_topic),
+            ("GET", re.compile(_NS + "/topics"), self._list_topics),
         ]
         super().__init__(("127.0.0.1", 0), _Handler)
         self._thread: threading.Thread | None = None
@@ -224,6 +232,25 @@ class FakePulsarAdmin(http.server.ThreadingHTTPServer):
             return 422, {"reason": "Number of partitions must be more than existing"}
         self.partitioned[name] = body
         return 204, None
+
+
+    # -- topics ------------------------------------------------------------------------------------
+    def _put_topic(self, body, domain, tenant, ns, topic):
+        name = f"{domain}://{tenant}/{ns}/{topic}"
+        if f"{tenant}/{ns}" not in self.namespaces:
+            return 404, {"reason": "Namespace does not exist"}
+        if name in self.topics or name in self.partitioned:
+            return 409, {"reason": "This topic already exists"}
+        self.topics.add(name)
+        return 204, None
+
+    def _list_topics(self, body, tenant, ns):
+        if f"{tenant}/{ns}" not in self.namespaces:
+            return 404, {"reason": "Namespace does not exist"}
+        inside = f"persistent://{tenant}/{ns}/"
+        names = [t for t in self.topics if t.startswith(inside)]
+        names += [f"{t}-partition-{i}" for t, n in self.partitioned.items() if t.startswith(inside) for i in range(n)]
+        return 200, sorted(names)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

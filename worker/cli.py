@@ -124,8 +124,9 @@ def run(
         # Executors reach the driver on loopback in local mode; elsewhere Spark says where.
         host = "127.0.0.1" if master.startswith("local") else control_host(starting.result())
         try:
-            driver = Driver(SparkExecutor(starting), store, pipelines, control_host=host,
-                            on_epoch=ProgressPrinter(quiet=quiet, redact=redactor.redact))
+            progress = ProgressPrinter(quiet=quiet, redact=redactor.redact)
+            driver = Driver(SparkExecutor(starting), store, pipelines, control_host=host, on_epoch=progress,
+                            on_idle=progress.idle)
         except ConnectError as exc:
             typer.echo(redactor.redact(f"error: a connector could not start: {exc}"), err=True)
             raise typer.Exit(1) from None

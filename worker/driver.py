@@ -118,7 +118,14 @@ class PipelineRuntime:
         digest = hashlib.sha256(self._run_id.encode())
         digest.update(orjson.dumps([[t.source_config, t.sink_config] for t in self.tasks], option=orjson.OPT_SORT_KEYS))
         self.generation = digest.hexdigest()[:16]
-        log.info("connector %s: %d task pair(s)", self.name, len(self.tasks))
+        waiting = self.waiting()
+        log.info("connector %s: %d task pair(s)%s", self.name, len(self.tasks), f": {waiting}" if waiting else "")
+
+    def waiting(self) -> str | None:
+        """While the connector runs no task pair: why, in words (its source's ``waiting_for``)."""
+        if self.tasks:
+            return None
+        return self.source_connector.waiting_for() or "no task pairs: the source connector has no work to hand out"
 
     def _prepare_offset_syncs_topic(self) -> None:
         """Create the offset-syncs topic (one partition: syncs stay in order) with the sink's connector,
@@ -313,10 +320,12 @@ def unwanted_pairs(pairs: Sequence[Sequence], runtime_of: Callable[[str], Pipeli
 
 class Driver:
     def __init__(self, executor: Executor, store: OffsetStore, pipelines: Sequence[PipelineConfig], *,
-                 on_epoch: OnEpoch | None = None, control_host: str = "127.0.0.1"):
+                 on_epoch: OnEpoch | None = None, on_idle: Callable[[PipelineRuntime], None] | None = None,
+                 control_host: str = "127.0.0.1"):
         self.executor = executor
         self.store = store
         self.on_epoch = on_epoch
+        self.on_idle = on_idle  # called after a connector's turn that ran nothing while it has no task pair
         self.run_id = uuid.uuid4().hex
         self.stop_event = threading.Event()
         self._report_lock = threading.Lock()
@@ -346,6 +355,9 @@ class Driver:
         if self.on_epoch and results:
             with self._report_lock:
                 self.on_epoch(runtime.epoch - 1, results, self.runtimes)
+        elif self.on_idle and not results and not runtime.tasks:
+            with self._report_lock:
+                self.on_idle(runtime)
 
     def run_epoch(self) -> list[EpochResult]:
         """One epoch of every connector, one after the other, in this thread (tests, tools)."""

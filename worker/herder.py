@@ -411,6 +411,8 @@ class Herder:
             connector: dict[str, Any] = {"state": c.state, "worker_id": self.worker_id}
             if c.trace and c.state == FAILED:
                 connector["trace"] = self.redactor.redact(c.trace)
+            if c.runtime is not None and (waiting := c.runtime.waiting()):  # no task pair: say why
+                connector["waiting"] = self.redactor.redact(waiting)
             tasks = [self._task_status(c, t) for t in c.runtime.tasks] if c.runtime is not None else []
             return {"name": name, "connector": connector, "tasks": tasks, "type": "source"}
 

@@ -1,4 +1,7 @@
-"""Live progress lines for ``connect run``: one line per task pair per epoch, plus failures.
+"""Live progress lines for ``connect run``: one line per task pair per epoch, plus failures, and
+for a connector without task pairs what it waits for ("waiting for topics matching ..."), when
+that changes and then every ``waiting_every_s``, so a connector with nothing to read is never a
+silent 0.
 
 Failure traces pass through the printer's ``redact`` callable (when given) before they are
 printed, so secret config values echoed in an exception never reach the terminal.
@@ -7,6 +10,7 @@ printed, so secret config values echoed in an exception never reach the terminal
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable, TextIO
 
 from connect.tasks.results import FAILED, EpochResult
@@ -35,12 +39,29 @@ def format_result(r: EpochResult) -> str:
 
 
 class ProgressPrinter:
-    def __init__(self, out: TextIO = sys.stderr, quiet: bool = False, redact: Callable[[str], str] | None = None):
+    def __init__(self, out: TextIO = sys.stderr, quiet: bool = False, redact: Callable[[str], str] | None = None,
+                 waiting_every_s: float = 30.0):
         self.out = out
         self.quiet = quiet
         self.redact = redact or (lambda text: text)
+        self.waiting_every_s = waiting_every_s
+        self._waiting: dict[str, tuple[str, float]] = {}  # connector -> (what it waits for, printed at)
+
+    def idle(self, runtime) -> None:
+        """The driver's ``on_idle`` hook: a connector's turn ran nothing because it has no task pair."""
+        what = runtime.waiting()
+        if self.quiet or what is None:
+            return
+        now = time.monotonic()
+        last = self._waiting.get(runtime.name)
+        if last is not None and last[0] == what and now - last[1] < self.waiting_every_s:
+            return
+        self._waiting[runtime.name] = (what, now)
+        print(self.redact(f"{runtime.name}: 0 task pairs, {what}"), file=self.out, flush=True)
 
     def __call__(self, epoch: int, results: list[EpochResult], runtimes) -> None:
+        for r in results:
+            self._waiting.pop(r.connector, None)  # it runs: a later wait is news again
         for r in sorted(results, key=lambda r: (r.connector, r.task)):
             if not self.quiet or r.state == FAILED:
                 print(format_result(r), file=self.out)

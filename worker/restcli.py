@@ -431,6 +431,8 @@ def _render_status(status: dict[str, Any], now: _Sample | None, before: _Sample 
     if header:
         parts.append(Text(header, style="dim"))
     parts.append(table)
+    if connector.get("waiting"):  # no task pair yet, and why (e.g. waiting for topics matching ...)
+        parts.append(Text(f"connector: {connector['waiting']}", style="yellow"))
     for line in traces:
         parts.append(Text(line, style="red"))
     return Group(*parts)

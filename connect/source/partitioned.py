@@ -6,6 +6,10 @@ broker's connector), divides them across tasks round robin, and re-lists them ev
 when they change (new topics, added partitions). Partitions found after the connector started are
 marked so that their tasks read them from the earliest position, whatever ``start.position`` says
 (they were created after the connector was told where to start, so all their data is new).
+
+A connector may start with nothing to read (no topic matches yet, the named ones do not exist):
+it then has no task pair, keeps looking, and says what it waits for (``waiting_for``), so status
+and progress show "waiting for topics matching ..." instead of a silent 0.
 """
 
 from __future__ import annotations
@@ -85,10 +89,27 @@ class PartitionedSourceConnector(SourceConnector):
         cluster cannot be asked."""
         raise NotImplementedError
 
+    def _absent(self, topic: str, why: str) -> None:
+        """``_list_partitions`` skips a named topic that does not exist (yet): it is read once it
+        does. Logged when it goes missing, not at every refresh."""
+        self._absent_now.add(topic)
+        if topic not in self._absent_before:
+            log.warning("%s: topic %s %s; it is read once it exists", type(self).__name__, topic, why)
+
+    def _listed(self) -> list[tuple[str, int]]:
+        self._absent_now: set[str] = set()
+        try:
+            return self._list_partitions()
+        finally:
+            self._absent_before = self._absent_now
+
     def _start_watching(self, interval_ms: int) -> None:
         self._lock = threading.Lock()
+        self._interval_ms = interval_ms
+        self._refresh_error: str | None = None
+        self._absent_before: set[str] = set()
         self._initial: set[tuple[str, int]] | None = None
-        self._partitions = self._list_partitions()
+        self._partitions = self._listed()
         self._initial = set(self._partitions)
         self._stop = threading.Event()
         self._thread = None
@@ -100,17 +121,37 @@ class PartitionedSourceConnector(SourceConnector):
     def _watch(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
-                current = self._list_partitions()
+                current = self._listed()
             except ConnectError as exc:
                 log.warning("topic refresh failed: %s", exc)
+                with self._lock:
+                    self._refresh_error = str(exc)
                 continue
             with self._lock:
                 changed = current != self._partitions
                 self._partitions = current
+                self._refresh_error = None
             if changed and self.context is not None:
                 log.info("%s: source partitions changed (%d now); requesting task reconfiguration",
                          type(self).__name__, len(current))
                 self.context.request_task_reconfiguration()
+
+    def waiting_for(self) -> str | None:
+        """While no partition is there to read: what the connector waits for; else None."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return None
+        with lock:
+            if self._partitions:
+                return None
+            error = self._refresh_error
+        regex = self.config.get("topics.regex")
+        what = f"topics matching '{regex}'" if regex else f"topic(s) '{self.config.get('topics')}' to exist"
+        if not self._interval_ms:
+            return f"nothing to read, and refresh.topics.interval.ms=0 never looks again for {what}: " \
+                   "restart the connector once they exist"
+        text = f"waiting for {what} (looking every {self._interval_ms / 1000:g} s)"
+        return f"{text}; the last look failed: {error}" if error else text
 
     def source_topics(self) -> dict[str, int]:
         with self._lock:

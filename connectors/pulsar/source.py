@@ -200,10 +200,17 @@ class PulsarSourceConnector(PartitionedSourceConnector):
         return {split_partition(full_topic_name(n))[0] for n in names}
 
     def _list_partitions(self) -> list[tuple[str, int]]:
+        import pulsar
+
         out = []
         for topic in self._topics():
             try:
                 names = self._client.get_topic_partitions(topic)
+            except pulsar.TopicNotFound:
+                # A broker that does not create topics on lookup: one missing topic must not hold
+                # back the others, nor keep the connector from starting.
+                self._absent(topic, f"does not exist on {self._cfg['service.url']}")
+                continue
             except Exception as exc:  # noqa: BLE001
                 raise RetriableError(f"cannot look up the partitions of {topic} on {self._cfg['service.url']}: "
                                      f"{exc}") from exc

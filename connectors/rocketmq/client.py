@@ -231,6 +231,11 @@ class RemotingConnection:
         self._opaque = itertools.count(1)
         self._link: _Link | None = None
         self._connect_lock: asyncio.Lock | None = None
+        # Held from a request's start to its write: pipelined requests reach the wire in the order
+        # they were made even while the first ones wait for a (re)connection, which a request made
+        # later would otherwise overtake on the live link (seen as batches to one queue stored out
+        # of order right after a sink connected).
+        self._write_order = asyncio.Lock()
         self._closed = False
         self._tasks: set[asyncio.Task] = set()
 
@@ -286,18 +291,19 @@ class RemotingConnection:
     async def request(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Sends ``cmd`` (its opaque replaced) and returns the response (``invokeSync``). The
         timeout (seconds) runs from the write; connecting is bounded by ``connect_timeout``."""
-        link = await self._live_link()
         loop = asyncio.get_running_loop()
-        cmd.flag &= ~ONEWAY_FLAG
-        cmd.opaque = opaque = self._next_opaque()
-        if self.signer is not None:
-            self.signer.sign(cmd)
-        frame = cmd.encode()
-        fut: asyncio.Future = loop.create_future()
-        link.pending[opaque] = (fut, cmd.code)
-        timer = loop.call_later(timeout, self._expire, fut, cmd.code, timeout)
-        try:
+        async with self._write_order:
+            link = await self._live_link()
+            cmd.flag &= ~ONEWAY_FLAG
+            cmd.opaque = opaque = self._next_opaque()
+            if self.signer is not None:
+                self.signer.sign(cmd)
+            frame = cmd.encode()
+            fut: asyncio.Future = loop.create_future()
+            link.pending[opaque] = (fut, cmd.code)
+            timer = loop.call_later(timeout, self._expire, fut, cmd.code, timeout)
             link.writer.write(frame)
+        try:
             await self._drain(link, fut)
             return await fut
         finally:
@@ -307,12 +313,13 @@ class RemotingConnection:
 
     async def oneway(self, cmd: RemotingCommand, timeout: float | None = None) -> None:
         """Sends ``cmd`` with the oneway flag; no response is awaited (``invokeOneway``)."""
-        link = await self._live_link()
-        cmd.flag |= ONEWAY_FLAG
-        cmd.opaque = self._next_opaque()
-        if self.signer is not None:
-            self.signer.sign(cmd)
-        link.writer.write(cmd.encode())
+        async with self._write_order:
+            link = await self._live_link()
+            cmd.flag |= ONEWAY_FLAG
+            cmd.opaque = self._next_opaque()
+            if self.signer is not None:
+                self.signer.sign(cmd)
+            link.writer.write(cmd.encode())
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         timeout = 3.0 if timeout is None else timeout

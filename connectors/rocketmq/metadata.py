@@ -81,21 +81,17 @@ from connectors.replicator.mapping import target_units
 from connectors.replicator.metadata import RESOURCES, MetadataChangeEvent, Stamp, diff_events, newer
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.rocketmq.groups import is_system_group
+from connectors.rocketmq.system import is_system_topic, reserved_names
 
 __all__ = ["RocketMQMetadataSourceConnector", "RocketMQMetadataSourceTask", "RocketMQMetadataSinkConnector",
            "RocketMQMetadataSinkTask", "is_system_topic", "topic_data", "group_data", "local_topic_name",
-           "plan_topic", "group_config", "DEFAULT_EVENT_TOPIC"]
+           "plan_topic", "spread_queues", "group_config", "DEFAULT_EVENT_TOPIC"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_EVENT_TOPIC = "rmq_sys_replicator_metadata"  # RocketMQ topic names cannot hold dots
 PERM_READ, PERM_WRITE = 4, 2
 
-# TopicValidator.SYSTEM_TOPIC_SET (4.9.x / 5.x) and the prefixes of RocketMQ's own topics.
-SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
-_SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "%RETRY%", "%DLQ%", "%LMQ%")
 _ILLEGAL = re.compile(r"[^%|a-zA-Z0-9_-]")  # TopicValidator's legal characters, negated
 TOPIC_MAX_LENGTH, GROUP_MAX_LENGTH = 127, 255
 
@@ -103,15 +99,6 @@ TOPIC_MAX_LENGTH, GROUP_MAX_LENGTH = 127, 255
 GROUP_DEFAULTS = {"consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
                   "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
                   "notifyConsumerIdsChangedEnable": True}
-
-
-def is_system_topic(name: str, reserved: frozenset[str] | set[str] = frozenset()) -> bool:
-    """A topic RocketMQ itself uses: the system set, ``rmq_sys_*``/``RMQ_SYS_*``, retry, dead-letter
-    and light queues, and the topics named after a cluster or broker (``reserved``: each broker
-    creates one per cluster and broker name, and ``<cluster>_REPLY_TOPIC``)."""
-    if name in SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES) or name in reserved:
-        return True
-    return name.endswith("_REPLY_TOPIC") and name[:-len("_REPLY_TOPIC")] in reserved
 
 
 def topic_data(configs: Sequence[Any]) -> dict[str, Any]:
@@ -181,9 +168,18 @@ def plan_topic(name: str, data: Mapping[str, Any], current: Mapping[str, Any]) -
     partitions = _int(data, "partitions", low=0 if kind == "pulsar" else 1)
     held = [c for c in current.values() if c is not None]
     wanted = target_units(kind, partitions, "rocketmq", sum(c.write_queue_nums for c in held) if held else None)
-    if wanted is None or not brokers:
-        return out
-    for i, b in enumerate(brokers):  # spread evenly, never shrinking a broker's queues
+    return {} if wanted is None else spread_queues(name, wanted, current)
+
+
+def spread_queues(name: str, wanted: int, current: Mapping[str, Any]) -> dict[str, Any]:
+    """Broker name -> the ``client.TopicConfig`` giving ``name`` ``wanted`` write queues in all,
+    spread evenly over the brokers of ``current`` (broker name -> its config now, None: it lacks
+    the topic), never shrinking a broker's queues; the other fields of an existing config stay."""
+    from connectors.rocketmq.client import TopicConfig
+
+    brokers = sorted(current)
+    out = {}
+    for i, b in enumerate(brokers):
         share = wanted // len(brokers) + (1 if i < wanted % len(brokers) else 0)
         cur = current[b]
         if cur is None and share == 0:
@@ -271,7 +267,7 @@ class RocketMQMetadataSourceTask(SourceTask):
             brokers = self._client.cluster_info()
         except ConnectError as exc:
             raise _wrap(f"cannot list the brokers of {self._namesrv}", exc) from exc
-        reserved = set(brokers) | {b.cluster for b in brokers.values() if b.cluster}
+        reserved = reserved_names(brokers)
         topics: dict[str, list[TopicConfig]] = {}
         groups: dict[str, dict] = {}
         where: dict[tuple[str, str], set[str]] = collections.defaultdict(set)

@@ -3,7 +3,8 @@ records.
 
 - Target topic: ``topic`` (fixed) or ``topic.template`` (default ``{topic}``). With
   ``auto.create.topics`` the connector creates missing targets with the source's queue (or
-  partition) count before the first epoch, on the broker that serves ``TBW102``.
+  partition) count before the first epoch, on the broker that serves ``TBW102``, and grows a
+  target whose source gained queues (spread over the target's brokers, never shrinking).
 - Queue selection (``queue.selection``): ``source`` (default) writes a record to the queue with its
   source queue (or partition) id, modulo the target's queue count, so queue-level order is kept
   when the target has as many queues (queue-level replication); records without a source queue
@@ -92,7 +93,7 @@ class RocketMQSinkConnector(SinkConnector):
             for topic, queues in source_topics.items():
                 target = route(topic)
                 try:
-                    client.topic_route(target)
+                    _grow(client, target, client.topic_route(target), queues)
                     continue
                 except TopicNotFoundError:
                     pass
@@ -104,6 +105,23 @@ class RocketMQSinkConnector(SinkConnector):
             raise RetriableError(f"cannot create the target topics on {cfg['namesrv.addr']}: {exc}") from exc
         finally:
             CLIENTS.release(settings)
+
+
+def _grow(client, topic: str, route, queues: int) -> None:
+    """Give an existing target at least the source's queue count, as MM2 grows target partitions:
+    with fewer, the source's new queues would share target queues and their order would mix."""
+    from connectors.rocketmq.metadata import spread_queues
+
+    if sum(q.write_queue_nums for q in route.queue_datas) >= queues:
+        return
+    addrs = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr}
+    current = {name: client.all_topic_configs(addr).get(topic) for name, addr in addrs.items()}
+    for name, tc in spread_queues(topic, queues, current).items():
+        if tc != current[name]:
+            client.create_topic(addrs[name], topic, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                                topic_filter_type=tc.topic_filter_type, topic_sys_flag=tc.topic_sys_flag, order=tc.order)
+            log.info("grew target topic %s on %s to %d write queue(s), as its source has %d", topic, name,
+                     tc.write_queue_nums, queues)
 
 
 def _creation_broker(client) -> str:

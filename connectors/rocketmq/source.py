@@ -4,7 +4,11 @@ offset with this project's client.
 - Topics: ``topics`` in the replicator's form ``topic[,tagExpression];topic2[,tagExpression]``
   (RIP-45's ``connect-topicname``), e.g. ``orders,TagA || TagB;audit`` (no expression: every
   tag); or ``topics.regex`` over the name server's topic list with ``topics.tags`` as the
-  expression. Retry, DLQ and system topics are never matched by the regex.
+  expression. RocketMQ's own topics are matched only when the regex spells out their prefix
+  (:mod:`connectors.rocketmq.system`: ``orders.*|rmq_sys_replicator_heartbeat`` reads the
+  replicator's heartbeats, ``.*`` no system topic). Topics and queues that appear later (a named
+  topic created, a queue count grown) are read from their first message, within
+  ``refresh.topics.interval.ms`` (:mod:`connect.source.partitioned`).
 - Each queue (topic, broker, queue id) is a source partition ``{"topic", "broker", "queue"}``;
   the offset of a record is its queue offset ``{"offset": n}`` and a restart resumes after the
   last committed one. Offsets are framework-managed (committed only once the sink acknowledged,
@@ -40,15 +44,13 @@ from connect.source import SourceTask
 from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.rocketmq.mapping import record_fields
+from connectors.rocketmq.system import regex_selects, reserved_names
 
 __all__ = ["RocketMQSourceConnector", "RocketMQSourceTask", "parse_topics"]
 
 log = logging.getLogger(__name__)
 
 _QUEUE_SEP = "@"  # "<topic>@<broker>" in assignments: neither topic nor broker names hold it
-_SYSTEM_TOPIC = re.compile(r"^(%RETRY%|%DLQ%|rmq_sys_|RMQ_SYS_|SCHEDULE_TOPIC|TBW102$|BenchmarkTest$|OFFSET_MOVED_EVENT$|"
-                           r"SELF_TEST_TOPIC$|TRANS_CHECK_MAX_TIME_TOPIC$|DefaultCluster|broker-)")
-
 CONFIG = CLIENT_CONFIG.merge(
     ConfigDef()
     .define("topics", Type.STRING, "", "Topics and optional tag expressions: 'topic[,tagExpr];topic2[,tagExpr]' "
@@ -120,9 +122,11 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
             return sorted(parse_topics(self._cfg["topics"]))
         try:
             names = self._client.topic_list()
+            reserved = reserved_names(self._client.cluster_info())
         except ConnectError as exc:
             raise RetriableError(f"cannot list the topics of {self._cfg['namesrv.addr']}: {exc}") from exc
-        return sorted(t for t in names if not _SYSTEM_TOPIC.match(t) and re.fullmatch(self._cfg["topics.regex"], t))
+        pattern = re.compile(self._cfg["topics.regex"])
+        return sorted(t for t in names if regex_selects(pattern, t, reserved))
 
     def _list_partitions(self) -> list[tuple[str, int]]:
         from connectors.rocketmq.client import TopicNotFoundError
@@ -132,7 +136,7 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
             try:
                 route = self._client.topic_route(topic)
             except TopicNotFoundError:
-                log.warning("topic %s has no route on %s yet: it is read once it exists", topic, self._cfg["namesrv.addr"])
+                self._absent(topic, "has no route yet")
                 continue
             except ConnectError as exc:
                 raise RetriableError(f"cannot look up the route of {topic}: {exc}") from exc

@@ -162,6 +162,23 @@ def test_pipelined_requests_answered_out_of_order_resolve_to_their_own_responses
     run(main())
 
 
+def test_requests_reach_the_wire_in_the_order_they_were_made_while_the_connection_is_made():
+    """Requests made while the first ones wait for the connection must not overtake them: batches
+    to one queue would be stored out of order (a sink's first sends after it connected)."""
+    async def main():
+        async with ScriptServer(echo) as server:
+            conn = RemotingConnection(server.address)
+            first = [asyncio.ensure_future(conn.request(request(i), 3.0)) for i in range(50)]
+            while not conn.connected:  # the first request holds the connection; 1-49 wait behind it
+                await asyncio.sleep(0)
+            later = [asyncio.ensure_future(conn.request(request(i), 3.0)) for i in range(50, 100)]
+            await asyncio.gather(*first, *later)
+            assert [c.ext_fields["n"] for c in server.received] == [str(i) for i in range(100)]
+            await conn.close()
+
+    run(main())
+
+
 def test_timeout_raises_retriable_and_a_late_response_is_dropped():
     async def script(peer, cmd):
         if cmd.ext_fields["n"] == "slow":
