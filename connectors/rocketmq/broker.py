@@ -458,9 +458,14 @@ class Broker(AdminHandlers):
         table = {**self.connections.stats(), "longPollWaiters": self.store.waiters,
                  "openQueueFiles": self.store.open_queue_files, "maxOpenQueueFiles": self.store.max_open_files,
                  "groups": len(self.store.known_groups), "topics": len(self.store.topics),
-                 **{k: v for k, v in attrs.asdict(self.limits).items()}}
+                 **{_camel(k): v for k, v in attrs.asdict(self.limits).items()}}
         return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"table": {k: str(v) for k, v in table.items()}}))
 
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 async def serve(port: int, data_dir: str | Path, *, host: str = "127.0.0.1", sync_flush: bool = False,

@@ -9,7 +9,8 @@ Each limit bounds what a hostile or broken client can make the broker hold (defa
 - **incoming bytes**: a frame is at most ``max_frame_bytes`` (NettyDecoder's 16 MiB); a frame begun
   must be complete within ``frame_timeout``; the partial frames of all connections together, with
   the unsent answers, count against ``max_buffered_bytes``: while that is spent, a connection in the
-  middle of a frame is not read (its frame timeout still runs).
+  middle of a frame is not read (its frame timeout still runs); connections read at the same time can
+  each take one more read (256 KiB) beyond it.
 - **outgoing bytes**: every answer, before it is produced, waits until its connection has at most
   ``out_high_bytes`` unsent (none at all while the broker-wide budget is spent), so a connection
   holds at most that plus one answer. Requests are read one at a time behind the same check, and
@@ -238,6 +239,8 @@ class ConnectionServer:
             await self._read(conn, reader)
         except (ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            conn.close()  # the broker is stopping; returning quietly spares asyncio's "exception in callback"
         finally:
             self._drop(conn)
 
