@@ -135,8 +135,10 @@ class Connection:
         except (ProtocolError, ValueError, TypeError, OverflowError, struct.error) as exc:
             self.close(f"an answer cannot be encoded ({exc})")
             return
+        before = self.unsent()
         self.transport.write(data)
-        self.server.out_bytes += len(data)
+        # Only what the socket did not take at once stays in memory; the tick sums it again exactly.
+        self.server.out_bytes += self.unsent() - before
 
     def notify(self, cmd: RemotingCommand) -> None:
         """A request of the broker's own (NOTIFY_CONSUMER_IDS_CHANGED): advisory, so dropped
@@ -208,7 +210,7 @@ class ConnectionServer:
         self.forget = forget
         self.conns: set[Connection] = set()
         self.in_bytes = 0  # partial frames held, exact
-        self.out_bytes = 0  # unsent answers: summed at each tick, plus what was written since
+        self.out_bytes = 0  # unsent answers: summed at each tick, plus what was left unsent by writes since
         self.pending_total = 0
         self.refused = 0
         self.warn = _Warnings()
