@@ -186,6 +186,7 @@ class MessageStore:
     def _save_json(self, name: str, value) -> None:
         tmp = self.dir / f".{name}.tmp"
         try:
+            tmp.unlink(missing_ok=True)  # a leftover keeps its mode through O_CREAT: start from none
             with open(tmp, "w", opener=private_opener) as f:
                 json.dump(value, f, sort_keys=True)
                 f.flush()
