@@ -41,7 +41,7 @@ BUDGET = 16 * MiB
 FRAME_TIMEOUT_MS, IDLE_TIMEOUT_MS = 3000, 3000
 ARGS = ["--max-buffered-bytes", str(BUDGET), "--frame-timeout-ms", str(FRAME_TIMEOUT_MS),
         "--idle-timeout-ms", str(IDLE_TIMEOUT_MS)]
-RSS_CAP_MB, RSS_AFTER_MB, FD_SLACK = 40, 24, 4
+RSS_CAP_MB, RSS_AFTER_MB, FD_SLACK = 40, 28, 4
 OFFSETS_CAP = 512 * 1024
 RUNTIME_INFO = 28  # GET_BROKER_RUNTIME_INFO
 
