@@ -357,7 +357,6 @@ class Broker(AdminHandlers, LookupHandlers):
         return None
 
 
-
 async def serve(port: int, data_dir: str | Path, *, host: str = "127.0.0.1", sync_flush: bool = False,
                 flush_interval_ms: int = 500, auto_create_topics: bool = True, default_queues: int = 8,
                 accounts: dict[str, str] | None = None, limits: Limits | None = None, max_groups: int = MAX_GROUPS,
