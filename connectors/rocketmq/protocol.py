@@ -204,9 +204,11 @@ class RemotingCommand:
             if v is not None:
                 out[k] = _text(v)
         try:
-            return cls(code=_int(doc, "code"), opaque=_int(doc, "opaque", 0), flag=_int(doc, "flag", 0),
+            # Java reads these as ints: a value beyond 32 bits is refused here, not left to fail when
+            # the answer (which echoes code and opaque) is encoded.
+            return cls(code=_int32(doc, "code"), opaque=_int32(doc, "opaque", 0), flag=_int32(doc, "flag", 0),
                        ext_fields=out, remark=_opt_str(doc, "remark"), language=str(doc.get("language") or "OTHER"),
-                       version=_int(doc, "version", 0), serialize_type=JSON)
+                       version=_int32(doc, "version", 0), serialize_type=JSON)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"JSON header: {exc}") from None
 
@@ -255,6 +257,11 @@ class FrameDecoder:
     def __init__(self, max_frame: int = MAX_FRAME):
         self._buf = bytearray()
         self._max = max_frame
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held of a frame not yet complete (what a server charges to its memory budget)."""
+        return len(self._buf)
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
         self._buf += data
@@ -497,6 +504,13 @@ def _int(doc: dict, key: str, default: int | None = None) -> int:
         return int(v)
     except ValueError:
         raise ProtocolError(f"JSON header: {key} is {v!r}, not an integer") from None
+
+
+def _int32(doc: dict, key: str, default: int | None = None) -> int:
+    v = _int(doc, key, default)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise ProtocolError(f"JSON header: {key} {v} does not fit 32 bits")
+    return v
 
 
 def _opt_str(doc: dict, key: str) -> str | None:

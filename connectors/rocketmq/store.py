@@ -11,7 +11,15 @@ The layout follows RocketMQ's store (``CommitLog``, ``ConsumeQueue`` in apache/r
   code), one per logical offset, as RocketMQ's ``ConsumeQueue`` (CQ_STORE_UNIT_SIZE 20).
 - ``topics.json``, ``offsets.json``, ``groups.json``: the topic configs
   (``TopicConfigManager``), consumer offsets (``ConsumerOffsetManager``) and subscription groups
-  (``SubscriptionGroupManager``), each rewritten whole through a temporary file and a rename.
+  (``SubscriptionGroupManager``), each rewritten whole through a temporary file and a rename. A
+  topic or group change that cannot be saved is undone in memory too and raises, so what the
+  broker serves is what a restart finds.
+- ``lock``: held with ``flock`` while a broker runs (:mod:`connectors.rocketmq.datadir`); the
+  directory is created 0700 and every file 0600.
+
+Open files. Consume-queue entries live in memory; their files are opened only to append, through
+a cache of at most ``max_open_files`` descriptors (least recently used closed first), so thousands
+of queues work under a low ``ulimit -n``.
 
 Flush policy. Every record is written to the operating system (``write``) before its send is
 answered, so a broker process that is killed loses nothing it acknowledged. ``fsync`` (power
@@ -28,15 +36,18 @@ crash is truncated away; complete records that have no consume-queue entry yet g
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import struct
 import time
 from array import array
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from connectors.rocketmq.datadir import DataDirLock, make_private_dir, private_opener
 from connectors.rocketmq.protocol import (
     MAGIC_V1,
     MAGIC_V2,
@@ -90,35 +101,38 @@ class TopicConfig(dict):
 
 
 class _Queue:
-    """One consume queue: its entries in memory (arrays) and in its file."""
+    """One consume queue: its entries in memory (arrays); its file is written through the
+    store's descriptor cache."""
 
-    __slots__ = ("positions", "sizes", "tags", "file", "waiters")
+    __slots__ = ("path", "positions", "sizes", "tags", "waiters")
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.positions, self.sizes, self.tags = array("q"), array("i"), array("q")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(path, "a+b")  # noqa: SIM115 - kept open for the broker's life
-        self.waiters: list = []  # long-polling pulls waiting for the next message
+        self.waiters: set[asyncio.Future] = set()  # long-polling pulls waiting for the next message
 
     def load(self, commit_log_end: int) -> None:
-        self.file.seek(0)
-        data = self.file.read()
-        whole = len(data) - len(data) % _CQ_ENTRY.size
-        for pos, size, tag in _CQ_ENTRY.iter_unpack(data[:whole]):
-            if pos + size > commit_log_end:
-                break  # written after records the commit log lost: those are scanned again
-            self.positions.append(pos)
-            self.sizes.append(size)
-            self.tags.append(tag)
-        keep = len(self.positions) * _CQ_ENTRY.size
-        if keep != len(data):
-            self.file.truncate(keep)
+        make_private_dir(self.path.parent)
+        with open(self.path, "a+b", opener=private_opener) as f:  # created when missing, closed at once
+            f.seek(0)
+            data = f.read()
+            whole = len(data) - len(data) % _CQ_ENTRY.size
+            for pos, size, tag in _CQ_ENTRY.iter_unpack(data[:whole]):
+                if pos + size > commit_log_end:
+                    break  # written after records the commit log lost: those are scanned again
+                self.positions.append(pos)
+                self.sizes.append(size)
+                self.tags.append(tag)
+            keep = len(self.positions) * _CQ_ENTRY.size
+            if keep != len(data):
+                f.truncate(keep)
 
-    def append(self, pos: int, size: int, tag: int) -> None:
+    def append(self, pos: int, size: int, tag: int) -> bytes:
+        """Adds the entry in memory; returns its bytes for the file."""
         self.positions.append(pos)
         self.sizes.append(size)
         self.tags.append(tag)
-        self.file.write(_CQ_ENTRY.pack(pos, size, tag))
+        return _CQ_ENTRY.pack(pos, size, tag)
 
     @property
     def end(self) -> int:
@@ -130,18 +144,31 @@ class MessageStore:
     """Commit log, consume queues and metadata under ``data_dir``. Not thread-safe: the broker
     calls it from its event loop only."""
 
-    def __init__(self, data_dir: str | Path, *, sync_flush: bool = False, flush_interval_ms: int = 500) -> None:
+    def __init__(self, data_dir: str | Path, *, sync_flush: bool = False, flush_interval_ms: int = 500,
+                 max_open_files: int = 256) -> None:
         self.dir = Path(data_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.dir)
+        self.lock = DataDirLock(self.dir)  # before anything is read: a second broker must not recover or write
+        try:
+            self._open(sync_flush, flush_interval_ms, max_open_files)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, sync_flush: bool, flush_interval_ms: int, max_open_files: int) -> None:
         self.sync_flush = sync_flush
         self.flush_interval_ms = flush_interval_ms
-        self._log = open(self.dir / "commitlog", "a+b")  # noqa: SIM115 - kept open for the broker's life
+        self.max_open_files = max(1, max_open_files)
+        self._files: OrderedDict[tuple[str, int], int] = OrderedDict()  # queue -> append descriptor, LRU first
+        self._log = open(self.dir / "commitlog", "a+b", opener=private_opener)  # noqa: SIM115 - kept open for the broker's life
         self._fd = self._log.fileno()
         self._queues: dict[tuple[str, int], _Queue] = {}
         self.topics: dict[str, TopicConfig] = {k: TopicConfig(v) for k, v in self._load_json("topics.json", {}).items()}
         # "group@topic" -> {"queueId": offset}, as ConsumerOffsetManager's offsetTable
         self.offsets: dict[str, dict[str, int]] = self._load_json("offsets.json", {})
         self.groups: dict[str, dict[str, Any]] = self._load_json("groups.json", {})
+        # every group the broker keeps something for (config or offsets): what a cap on groups counts
+        self.known_groups: set[str] = set(self.groups) | {key.split("@", 1)[0] for key in self.offsets}
         self._dirty_offsets = False
         self._unflushed = False
         self._recover()
@@ -158,11 +185,15 @@ class MessageStore:
 
     def _save_json(self, name: str, value) -> None:
         tmp = self.dir / f".{name}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(value, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.dir / name)
+        try:
+            tmp.unlink(missing_ok=True)  # a leftover keeps its mode through O_CREAT: start from none
+            with open(tmp, "w", opener=private_opener) as f:
+                json.dump(value, f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.dir / name)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot save {name}: {exc.strerror or exc}") from None
 
     def save_topics(self) -> None:
         self._save_json("topics.json", self.topics)
@@ -170,23 +201,78 @@ class MessageStore:
     def save_groups(self) -> None:
         self._save_json("groups.json", self.groups)
 
+    def _change(self, table: dict, name: str, value: Any, save: Callable[[], None]) -> None:
+        """Sets (or with ``value`` None removes) ``table[name]`` and saves; a failed save undoes
+        the change and raises, so nothing lives only in memory."""
+        missing = object()
+        old = table.get(name, missing)
+        if value is None:
+            table.pop(name, None)
+        else:
+            table[name] = value
+        try:
+            save()
+        except OSError:
+            if old is missing:
+                table.pop(name, None)
+            else:
+                table[name] = old
+            raise
+
+    def set_topic(self, name: str, config: TopicConfig | None) -> None:
+        """Creates, replaces or (None) deletes a topic config, saved before this returns."""
+        self._change(self.topics, name, config, self.save_topics)
+
+    def set_group(self, name: str, config: dict[str, Any] | None) -> None:
+        """Creates, replaces or (None) deletes a subscription group, saved before this returns."""
+        self._change(self.groups, name, config, self.save_groups)
+        if config is not None:
+            self.known_groups.add(name)
+        elif not any(key.split("@", 1)[0] == name for key in self.offsets):
+            self.known_groups.discard(name)
+
     def flush(self) -> None:
-        """The periodic flush: fsync the commit log and queues, write the offsets if they changed."""
+        """The periodic flush: fsync the commit log, write the offsets if they changed (consume
+        queues are written to the OS at each put; recovery rebuilds what they miss)."""
         if self._unflushed:
             self._unflushed = False
             self._log.flush()
             os.fsync(self._fd)
-            for q in self._queues.values():
-                q.file.flush()
         if self._dirty_offsets:
-            self._dirty_offsets = False
             self._save_json("offsets.json", self.offsets)
+            self._dirty_offsets = False  # only once saved: a failed write is tried again at the next tick
 
     def close(self) -> None:
-        self.flush()
-        for q in self._queues.values():
-            q.file.close()
-        self._log.close()
+        try:
+            self.flush()
+        finally:
+            while self._files:
+                os.close(self._files.popitem()[1])
+            self._log.close()
+            self.lock.release()
+
+    @property
+    def open_queue_files(self) -> int:
+        return len(self._files)
+
+    @property
+    def waiters(self) -> int:
+        return sum(len(q.waiters) for q in self._queues.values())
+
+    def _append_entries(self, key: tuple[str, int], q: _Queue, data: bytes) -> None:
+        """Writes consume-queue entries through the descriptor cache (LRU: the queue written
+        longest ago is closed when the cache is full)."""
+        fd = self._files.get(key)
+        if fd is None:
+            while len(self._files) >= self.max_open_files:
+                os.close(self._files.popitem(last=False)[1])
+            fd = self._files[key] = os.open(q.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                            | os.O_CLOEXEC, 0o600)
+        else:
+            self._files.move_to_end(key)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
 
     # -- recovery -----------------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -195,6 +281,8 @@ class MessageStore:
         indexed_end = 0
         if cq_root.exists():
             for topic_dir in cq_root.iterdir():
+                if not topic_dir.is_dir():
+                    continue
                 for qfile in topic_dir.iterdir():
                     if not qfile.name.isdigit():
                         continue
@@ -217,7 +305,7 @@ class MessageStore:
                 break
             q = self._queue(m.topic, m.queue_id)
             if m.queue_offset == q.end:
-                q.append(pos, total, java_hash(m.tags) if m.tags else 0)
+                self._append_entries((m.topic, m.queue_id), q, q.append(pos, total, java_hash(m.tags) if m.tags else 0))
                 added += 1
             pos += total
         if added:
@@ -257,14 +345,17 @@ class MessageStore:
         self._log.write(b"".join(chunks))
         self._log.flush()
         pos = self.end
+        entries: dict[tuple[str, int], list[bytes]] = {}
         for m, record in zip(out, chunks, strict=True):
             tags = m.tags
-            self._queue(m.topic, m.queue_id).append(pos, len(record), java_hash(tags) if tags else 0)
+            key = (m.topic, m.queue_id)
+            entries.setdefault(key, []).append(self._queue(*key).append(pos, len(record), java_hash(tags) if tags else 0))
             pos += len(record)
-        for q in {id(q): q for q in (self._queue(m.topic, m.queue_id) for m in out)}.values():
-            q.file.flush()
-            self._wake(q)
         self.end = pos
+        for key, parts in entries.items():
+            q = self._queues[key]
+            self._append_entries(key, q, b"".join(parts))
+            self._wake(q)
         self._unflushed = True
         if self.sync_flush:
             self.flush()
@@ -272,16 +363,23 @@ class MessageStore:
 
     @staticmethod
     def _wake(q: _Queue) -> None:
-        waiters, q.waiters = q.waiters, []
+        waiters, q.waiters = q.waiters, set()
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
 
-    def wait_future(self, topic: str, queue_id: int, loop):
-        """A future completed when the queue gets a message (long polling)."""
-        fut = loop.create_future()
-        self._queue(topic, queue_id).waiters.append(fut)
-        return fut
+    async def wait_message(self, topic: str, queue_id: int, timeout: float) -> None:
+        """Returns when the queue gets a message or after ``timeout`` seconds (long polling). The
+        waiter is dropped either way: a pull that timed out leaves nothing behind."""
+        q = self._queue(topic, queue_id)
+        fut = asyncio.get_running_loop().create_future()
+        q.waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            q.waiters.discard(fut)
 
     # -- reading --------------------------------------------------------------------------------------
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -349,6 +447,7 @@ class MessageStore:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         table = self.offsets.setdefault(f"{group}@{topic}", {})
+        self.known_groups.add(group)
         if table.get(str(queue_id)) != offset:
             table[str(queue_id)] = offset
             self._dirty_offsets = True

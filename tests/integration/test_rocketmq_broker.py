@@ -167,9 +167,19 @@ def test_a_torn_commit_log_tail_is_cut_and_unindexed_records_are_indexed_again(t
         b.stop()
 
 
-def test_acl_accepts_signed_requests_and_refuses_wrong_secrets(tmp_path):
-    b = EmbeddedRocketMQ(tmp_path / "rmq", extra_args=["--acl", "rocket:s3cret"]).start()
+@pytest.mark.parametrize("source", ["env", "file"])
+def test_acl_accepts_signed_requests_and_refuses_wrong_secrets(tmp_path, source):
+    """The secret comes from CONNECT_ROCKETMQ_ACL or --acl-file, never the command line (ps)."""
+    if source == "env":
+        b = EmbeddedRocketMQ(tmp_path / "rmq", env={"CONNECT_ROCKETMQ_ACL": "other:x,rocket:s3cret"})
+    else:
+        secrets = tmp_path / "acl"
+        secrets.write_text("# access:secret\nrocket:s3cret\n")
+        secrets.chmod(0o600)
+        b = EmbeddedRocketMQ(tmp_path / "rmq", extra_args=["--acl-file", str(secrets)])
+    b.start()
     try:
+        assert "s3cret" not in " ".join(b.proc.args)
         with SyncRocketMQClient(b.namesrv, signer=AclSigner("rocket", "s3cret")) as good:
             good.create_topic(b.namesrv, "secured", 1, 1)
             assert good.send(b.namesrv, "secured", 0, b"ok", {"a": "b"}).result(5).ok
