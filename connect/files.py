@@ -50,7 +50,7 @@ def open_lock_file(path: str | os.PathLike) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, f"{path} is a symbolic link; remove it (a lock file is never followed)") from None
+            raise OSError(errno.ELOOP, f"{path} is a symlink; remove it (a lock file is never followed)") from None
         raise
     os.fchmod(fd, 0o600)
     return fd

@@ -15,6 +15,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from connect.files import open_lock_file, private_dir
+
 __all__ = ["DataDirBusyError", "DataDirLock", "make_private_dir", "private_opener", "PRIVATE_FILE"]
 
 PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
@@ -29,18 +31,9 @@ class DataDirBusyError(OSError):
 
 
 def make_private_dir(path: Path) -> None:
-    """``mkdir -p`` with mode 0700 for every directory it creates (``Path.mkdir(parents=True)``
-    gives missing parents the umask's default mode instead); existing directories are left as they are."""
-    missing = []
-    p = path.absolute()
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, PRIVATE_DIR)  # a umask only removes bits: the result is never wider than 0700
-        except FileExistsError:
-            pass  # created meanwhile by someone else: used as it is, like exist_ok
+    """``mkdir -p`` with mode 0700 for every directory it creates, and the data directory itself
+    set to 0700 (the worker's stores share the rule: :func:`connect.files.private_dir`)."""
+    private_dir(path)
 
 
 def private_opener(path: str, flags: int) -> int:
@@ -55,12 +48,7 @@ class DataDirLock:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / "lock"
-        try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, PRIVATE_FILE)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise OSError(exc.errno, f"{self.path} is a symlink: refusing to follow it (remove it)") from None
-            raise
+        self._fd = open_lock_file(self.path)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -242,7 +242,7 @@ def test_files_at_rest_are_owner_only_and_the_lock_follows_no_symlink(tmp_path):
     data.mkdir(parents=True)
     os.chmod(data, 0o755)
     (data / "worker.lock").symlink_to(victim)
-    with pytest.raises(OSError, match="symbolic link"):
+    with pytest.raises(OSError, match="symlink"):
         SqliteStores(data)
     assert victim.read_text() == "keep me"
     (data / "worker.lock").unlink()
