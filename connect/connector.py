@@ -91,6 +91,14 @@ class SourceConnector(Connector):
         """
         return None
 
+    def committed_lag(self, committed: Mapping[str, Mapping[str, Any]]) -> Mapping[str, int] | None:
+        """Records still to be delivered per source partition: from just after its committed
+        offset (``committed``: partition key -> offset, as the tasks commit them) to the source's
+        end. Called on the driver whatever the connector's state (running, paused, stopped,
+        failing), so lag means what is left to deliver, not where a consumer stands. Partitions
+        without a committed offset are left out; None when this source cannot tell."""
+        return None
+
     def waiting_for(self) -> str | None:
         """While the connector has no work to hand out (``task_configs`` is empty): what it waits
         for, in words for status and progress ("waiting for topics matching 'orders.*'"); None

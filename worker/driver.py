@@ -31,6 +31,7 @@ from connect.connector import ConnectorContext
 from connect.errors import ConnectError
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from worker.control import ControlServer
+from worker.lag import CommittedLag
 from worker.partition import TaskPairSpec
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.store import OffsetStore
@@ -57,6 +58,10 @@ class TaskState:
     trace: str | None = None
     failures: int = 0  # consecutive transient failures
     restart_at: float | None = None  # monotonic time of the next automatic restart
+    partitions: set = attrs.field(factory=set)  # source partition keys its results named (for its lag)
+    moved: int = 0  # records put to the sink, all epochs of this runtime
+    acknowledged: int = 0  # records whose delivery the destination confirmed
+    committed: int = 0  # acknowledged records whose offsets the store holds
 
 
 def _own_keys(side: dict[str, str]) -> dict[str, str]:
@@ -91,8 +96,10 @@ class PipelineRuntime:
             self.source_connector.stop()
             raise
         self.tasks: list[TaskState] = []
-        self.records_total = 0  # across reconfigurations
+        self.records_total = 0  # records moved (put to the sink), across reconfigurations
+        self.committed_total = 0  # records whose offsets are in the store
         self.errors_total = 0
+        self.lag = CommittedLag()
         self.epoch = 0
         self.generation = ""
         self.last_job_error: Exception | None = None
@@ -237,17 +244,41 @@ class PipelineRuntime:
             self._store.commit(self.name, offsets)
             with self._offsets_lock:
                 self.offsets.update(offsets)
+        if accepted:
+            self.measure_lag()
         for result in accepted:
             self._record(result)
         return accepted
+
+    def measure_lag(self) -> None:
+        """Lag against the committed offsets (``worker.lag``), at most once a second."""
+        if time.monotonic() - self.lag.measured_at < 1.0:
+            return
+        with self._offsets_lock:
+            committed = dict(self.offsets)
+        self.lag.measure(self.source_connector, committed)
+
+    def task_lag(self, task: TaskState) -> tuple[int, float] | None:
+        return self.lag.of(task.partitions) if task.partitions else None
 
     def _record(self, result: EpochResult) -> None:
         task = self.tasks[result.task]
         if task.last is not None and task.last.epoch == result.epoch - 1:
             result.gap_s = result.started_at - task.last.ended_at
         task.last = result
-        self.records_total += result.stats.get("records", 0)
-        self.errors_total += result.stats.get("errors", 0)
+        stats = result.stats
+        self.records_total += stats.get("records", 0)
+        self.committed_total += stats.get("committed", 0)
+        self.errors_total += stats.get("errors", 0)
+        task.moved += stats.get("records", 0)
+        task.acknowledged += stats.get("acknowledged", 0)
+        task.committed += stats.get("committed", 0)
+        task.partitions.update(result.offsets)
+        task.partitions.update(result.partition_lag or ())
+        behind = self.task_lag(task)
+        if behind is not None:  # what is left to deliver, not where the consumer stands
+            result.lag = behind[0]
+            result.partition_lag = {k: list(self.lag.partitions[k]) for k in task.partitions if k in self.lag.partitions}
         if result.state != FAILED:
             task.prev_epoch = result.epoch
             task.failures = 0

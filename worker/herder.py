@@ -37,6 +37,7 @@ import attrs
 import orjson
 
 from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
+from connect.connector import ConnectorContext
 from connect.errors import ConfigError, ConfigIssue, ConnectError
 from connect.providers import mask_config, parse_references
 from connect.records import partition_key
@@ -44,6 +45,7 @@ from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from worker.control import ControlServer
 from worker.driver import Executor, PipelineRuntime, connector_turn, unwanted_pairs, wait_out_bridges
+from worker.lag import REFRESH_S, CommittedLag
 from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
 from worker.store import TARGET_STATES, StoredStatus, Stores
 
@@ -98,6 +100,7 @@ class _Connector:
         self.rebuild = False  # config changed or connector restart asked: new runtime at the next turn
         self.restart_tasks: set[int] = set()
         self.published: dict[int, tuple] = {}  # task -> (state, trace) last written to the status store
+        self.stopped_lag = CommittedLag()  # measured while STOPPED (no runtime)
 
     def change_pending(self) -> bool:
         return self.removed or self.rebuild or self.target != RUNNING or bool(self.restart_tasks)
@@ -399,10 +402,17 @@ class Herder:
         entry: dict[str, Any] = {"id": t.task, "state": state, "worker_id": self.worker_id}
         if state == FAILED and t.trace:
             entry["trace"] = self.redactor.redact(t.trace)
+        entry["records"] = {"moved": t.moved, "acknowledged": t.acknowledged, "committed": t.committed}
+        behind = c.runtime.task_lag(t) if c.runtime is not None else None
+        if behind is not None:
+            entry["lag"] = {"records": behind[0], "seconds": round(behind[1], 1)}
         if t.last is not None:
             entry["executor"] = f"{t.last.host}/{t.last.pid}"
             if t.last.metrics:
                 entry["metrics"] = dict(t.last.metrics)
+            retrying = t.last.stats.get("retrying")
+            if retrying and state == RUNNING:  # transient trouble the pair retries: what, why, for how long
+                entry["retrying"] = [{**r, "reason": self.redactor.redact(r["reason"])} for r in retrying]
         return entry
 
     def status(self, name: str) -> dict[str, Any]:
@@ -413,6 +423,9 @@ class Herder:
                 connector["trace"] = self.redactor.redact(c.trace)
             if c.runtime is not None and (waiting := c.runtime.waiting()):  # no task pair: say why
                 connector["waiting"] = self.redactor.redact(waiting)
+            behind = c.runtime.lag.of() if c.runtime is not None else c.stopped_lag.of()
+            if behind is not None:  # left to deliver, from the committed offsets (worker.lag)
+                connector["lag"] = {"records": behind[0], "seconds": round(behind[1], 1)}
             tasks = [self._task_status(c, t) for t in c.runtime.tasks] if c.runtime is not None else []
             return {"name": name, "connector": connector, "tasks": tasks, "type": "source"}
 
@@ -537,7 +550,7 @@ class Herder:
         if c.target == STOPPED:
             self._stop_runtime(c)
             self._set_state(c, STOPPED)
-            c.wake.wait()
+            self._idle_stopped(c)
             return
         if c.runtime is None:
             # Leaving STOPPED (or starting): not STOPPED any more, so offsets cannot be altered
@@ -556,7 +569,7 @@ class Herder:
         if c.target == PAUSED:
             self._set_state(c, PAUSED)
             self._publish_tasks(c)
-            c.wake.wait()
+            self._idle(c)
             return
         self._set_state(c, RUNNING)
         self._turn(c)
@@ -565,7 +578,50 @@ class Herder:
         """One epoch of the connector (or a wait when no pair is due)."""
         if not connector_turn(c.runtime, self.executor, lambda done: self._report(c, done), c.wake.wait,
                               self._idle_wait):
-            c.wake.wait()  # every task pair FAILED for good: until a restart or a new config
+            self._idle(c)  # every task pair FAILED for good: until a restart or a new config
+
+    def _idle(self, c: _Connector) -> None:
+        """Wait for a change; meanwhile keep the lag true (``worker.lag``): records keep arriving
+        while no pair runs, and they are what is left to deliver."""
+        while True:
+            rt = c.runtime
+            if rt is not None:
+                rt.lag.measured_at = 0.0
+                rt.measure_lag()
+                if self.metrics is not None:
+                    for t in rt.tasks:
+                        self.metrics.lag(c.name, t.task, rt.task_lag(t), rt.lag.partitions, t.partitions)
+            if c.wake.wait(REFRESH_S):
+                return
+
+    def _idle_stopped(self, c: _Connector) -> None:
+        """A STOPPED connector has no runtime: a source connector of its own measures its lag."""
+        source = None
+        try:
+            with self._lock:
+                config = dict(c.config)
+            resolved, _, secrets = self._resolve(config)
+            self.redactor.add(secrets)
+            pipeline = parse_pipeline({"name": c.name, "config": resolved}, client_policy=self.client_policy)
+            source = pipeline.source_class()
+            source.initialize(ConnectorContext(c.name))
+            source.start({k: v for k, v in pipeline.source_config.items() if k != "connector.class"})
+        except Exception as exc:  # noqa: BLE001 - lag is informational; the connector stays STOPPED
+            log.info("connector %s: lag not measured while STOPPED: %s", c.name, self.redactor.redact(str(exc)))
+            source = None
+        try:
+            while True:
+                if source is not None:
+                    c.stopped_lag.measure(source, self.stores.offsets.load(c.name))
+                if c.wake.wait(REFRESH_S):
+                    return
+        finally:
+            c.stopped_lag.known = False
+            if source is not None:
+                try:
+                    source.stop()
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("connector %s: lag probe: %s", c.name, exc)
 
     def _report(self, c: _Connector, results: list[EpochResult]) -> None:
         if self.metrics is not None:

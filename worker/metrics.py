@@ -78,6 +78,8 @@ _STAT_COUNTERS = (
     ("connect_records_filtered", "filtered",
      "Records not written by replication rules (origin chain holds the target, max hops, cycle by name)."),
     ("connect_flushes", "flushes", "Commit points (sink flushes)."),
+    ("connect_records_committed", "committed",
+     "Acknowledged records whose source offsets were committed (persisted with the epoch)."),
 )
 
 # (metric name, _TaskSeries.gauges key, help)
@@ -244,6 +246,20 @@ class ConnectMetrics:
             if has_ack_latency and series.ack_latency is None:
                 series.ack_latency = [0.0, 0]
             series.observe_latency(series.ack_latency, "ack", stats, ack_samples if has_ack_latency else 0)
+
+    def lag(self, connector: str, task: int, behind: tuple[int, float] | None,
+            partitions: Mapping[str, tuple[int, float]], keys: Iterable[str]) -> None:
+        """Set a task pair's lag while it runs no epoch (paused, failing): from the committed
+        offsets, as the driver measures it (``worker.lag``); left as it was when unknown."""
+        if behind is None:
+            return
+        with self._lock:
+            series = self._tasks.get((connector, int(task)))
+            if series is None:
+                series = self._tasks[(connector, int(task))] = _TaskSeries()
+            series.set_gauge("lag", behind[0])
+            series.partition_lag = {_partition_label(k): (float(partitions[k][0]), float(partitions[k][1]))
+                                    for k in keys if k in partitions}
 
     def task_state(self, connector: str, task: int, state: str) -> None:
         """Set a task pair's state (one of :data:`STATES`; ValueError otherwise)."""

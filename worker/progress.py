@@ -23,10 +23,13 @@ def _rate(n: float, seconds: float) -> str:
 
 
 def format_result(r: EpochResult) -> str:
+    """One pair's epoch: records moved (put to the sink), acknowledged by the destination and
+    committed (their offsets persisted), lag against the committed offsets, and what is retried."""
     s = r.stats
     lag = "?" if r.lag is None else f"{r.lag:,}"
-    line = (f"epoch {r.epoch:>4}  {r.connector}/{r.task}  {r.state:<7} {s.get('records', 0):>9,} rec "
+    line = (f"epoch {r.epoch:>4}  {r.connector}/{r.task}  {r.state:<7} moved {s.get('records', 0):>9,} "
             f"{_rate(s.get('records', 0), r.duration):>9} rec/s {_rate(s.get('bytes', 0) / 1e6, r.duration):>5} MB/s "
+            f"acked {s.get('acknowledged', 0):,} committed {s.get('committed', 0):,}  "
             f"lag {lag}  errors {s.get('errors', 0)}  age max {s.get('latency_ms_max', 0):,.0f} ms")
     if s.get("in_flight"):  # put, not acknowledged yet: they stay with the pair into its next epoch
         line += f"  in flight {s['in_flight']:,}"
@@ -35,6 +38,10 @@ def format_result(r: EpochResult) -> str:
         line += f"  gap {gap:.2f} s"
     if r.restarted:
         line += f"  (started in pid {r.pid})"
+    for retry in s.get("retrying") or ():
+        held = ", ".join(retry["partitions"]) or "every partition of the pair"
+        line += (f"\n    retrying {retry['operation']} for {retry['for_s']:,.1f} s (offsets held: {held}): "
+                 f"{retry['reason']}")
     return line
 
 
@@ -64,9 +71,10 @@ class ProgressPrinter:
             self._waiting.pop(r.connector, None)  # it runs: a later wait is news again
         for r in sorted(results, key=lambda r: (r.connector, r.task)):
             if not self.quiet or r.state == FAILED:
-                print(format_result(r), file=self.out)
+                print(self.redact(format_result(r)), file=self.out)
             if r.state == FAILED and r.trace:
                 print(self.redact(f"task {r.connector}/{r.task} FAILED:\n{r.trace}"), file=self.out)
         if not self.quiet:
-            total = sum(rt.records_total for rt in runtimes)
-            print(f"epoch {epoch:>4}  total {total:,} records committed", file=self.out, flush=True)
+            committed = sum(rt.committed_total for rt in runtimes)
+            moved = sum(rt.records_total for rt in runtimes)
+            print(f"epoch {epoch:>4}  total {committed:,} records committed ({moved:,} moved)", file=self.out, flush=True)

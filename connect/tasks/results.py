@@ -30,6 +30,13 @@ class EpochStats:
     latency_ms_sum: float = 0.0
     latency_samples: int = 0
     acknowledged: int = 0  # records whose generation completed (delivered, or resolved by hooks/DLQ/tolerance)
+    # Acknowledged records whose offsets are in this epoch's committed offsets (persisted by the
+    # driver with the result): what the operator may call committed. Less than ``acknowledged``
+    # while a partition is held by a failure.
+    committed: int = 0
+    # Operations failing transiently at the epoch's end, retried: [{"operation", "reason",
+    # "for_s", "partitions"}] ("partitions": the source partitions held; empty: the whole pair).
+    retrying: list = attrs.field(factory=list)
     # Acknowledgement latency: when a generation is seen complete (at a commit point) minus the
     # timestamp of each partition's last record in it; detection waits for the next commit point.
     ack_latency_ms_max: float = 0.0
@@ -52,6 +59,15 @@ class EpochStats:
             self.latency_ms_max = age_ms
         self.latency_ms_sum += age_ms
         self.latency_samples += 1
+
+    def observe_batch_latency(self, oldest_ms: float, newest_ms: float, records: int) -> None:
+        """A batch's record ages, per record without a clock read per record: the oldest record's
+        age is the batch's worst, and each record counts at the mean of the oldest and newest age
+        (records of a batch are polled in order, so their ages lie between the two)."""
+        if oldest_ms > self.latency_ms_max:
+            self.latency_ms_max = oldest_ms
+        self.latency_ms_sum += (oldest_ms + newest_ms) / 2 * records
+        self.latency_samples += records
 
     def observe_ack_latency(self, age_ms: float) -> None:
         if age_ms > self.ack_latency_ms_max:

@@ -40,6 +40,7 @@ class RetryPolicy:
         self.on_retry = on_retry
         self._since: dict[str, float] = {}  # operation -> monotonic time of its first failure
         self._delay: dict[str, float] = {}  # operation -> next backoff
+        self._reason: dict[str, str] = {}  # operation -> its latest error
 
     def failed(self, what: str, error: BaseException) -> float:
         """Record a failure of ``what``; return the backoff before the next attempt.
@@ -50,6 +51,7 @@ class RetryPolicy:
         if what not in self._since:  # the first failure of a streak is logged; its retries are counted
             log.warning("%s failed, retrying: %s", what, error)
         since = self._since.setdefault(what, now)
+        self._reason[what] = f"{type(error).__name__}: {error}"[:300]
         if self.timeout_ms >= 0 and (now - since) * 1000 >= self.timeout_ms:
             raise RetriesExhaustedError(
                 f"{what} still failing after errors.retry.timeout={self.timeout_ms} ms "
@@ -61,6 +63,12 @@ class RetryPolicy:
     def succeeded(self, what: str) -> None:
         if self._since.pop(what, None) is not None:
             self._delay.pop(what, None)
+            self._reason.pop(what, None)
+
+    def streaks(self) -> list[tuple[str, float, str]]:
+        """(operation, seconds it has been failing, its latest error) of every failing operation."""
+        now = self._clock()
+        return [(what, now - since, self._reason.get(what, "")) for what, since in self._since.items()]
 
     def failing(self, what: str) -> bool:
         return what in self._since

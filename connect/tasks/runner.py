@@ -172,6 +172,8 @@ class TaskPairRunner:
         self._done_seq = -1  # every generation up to this one is complete
         self._in_flight = 0  # records put and not yet in a complete generation
         self._ready: dict[str, dict[str, Any]] = {}  # offsets of complete generations, partition still blocked
+        # records acknowledged (delivered or resolved) not yet counted committed: a partition was held
+        self._uncounted = 0
         self._held: list[ConnectRecord] = []  # complete, waiting for commit_record (partition blocked)
         self._failed_ids: Counter[int] = Counter()  # reported failures, matched to records for commit_record
         self._resend: list[ConnectRecord] = []  # transient failures, in order, waiting to be re-sent
@@ -254,6 +256,7 @@ class TaskPairRunner:
             except EpochOver:
                 pass
             stats.in_flight = self._in_flight + len(self._resend)
+            stats.retrying = self._retrying()
             self._returned_offsets = dict(committed) if committed else None
             self._pumpable = stats.records > 0 and not (stats.transient or stats.errors or stats.retries or self._resend)
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
@@ -426,7 +429,8 @@ class TaskPairRunner:
             stats.bytes += size
             last_ts = batch[-1].timestamp
             if last_ts:
-                stats.observe_latency(time.time() * 1000 - last_ts)
+                now_ms = time.time() * 1000
+                stats.observe_batch_latency(now_ms - (batch[0].timestamp or last_ts), now_ms - last_ts, len(batch))
 
     def _sent(self, batch: list[ConnectRecord]) -> None:
         n = len(batch)
@@ -575,7 +579,9 @@ class TaskPairRunner:
         if self._records is not None and failures:
             self._failed_ids.update(id(r) for r, _ in failures)
         transient = [f for f in failures if isinstance(f[1], RetriableError)]
-        if transient:
+        if transient:  # an outcome, not an acknowledgement: they count once a re-send is delivered
+            stats.acknowledged -= len(transient)
+            self._uncounted -= len(transient)
             self._queue_resend(transient, stats)
         new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._conversion_failures
         self._conversion_failures = []
@@ -585,6 +591,7 @@ class TaskPairRunner:
             self._ready.update(g.offsets)
             self._in_flight -= g.size
             stats.acknowledged += g.size
+            self._uncounted += g.size
             for key, ts in g.stamps.items():
                 stats.observe_ack_latency(now_ms - ts)
                 self._acked_ts[key] = ts
@@ -603,6 +610,7 @@ class TaskPairRunner:
         ready = self._ready
         for key in [k for k in ready if k not in blocked]:
             committed[key] = dict(ready.pop(key))
+        self._count_committed(blocked, stats)
         if self._held:
             self._commit_records(blocked)
         if self._syncs is not None:
@@ -614,6 +622,24 @@ class TaskPairRunner:
                 f"{len(unresolved)} record(s) could not be written and nothing tolerated them "
                 f"(no hook accepted them, no errors.deadletterqueue.topic.name, errors.tolerance=none); "
                 f"first: {record.position()}: {type(error).__name__}: {error}") from error
+
+    def _count_committed(self, blocked: set[str], stats: EpochStats) -> None:
+        """Acknowledged records count as committed once no partition of the pair is held: every
+        offset they advanced is then in ``committed``. While one is held nothing is counted (a
+        re-sent record's generation does not say which partitions it holds), so the figure never
+        runs ahead of the offsets; it catches up when the hold ends."""
+        if not blocked and self._uncounted > 0:
+            stats.committed += self._uncounted
+            self._uncounted = 0
+
+    def _retrying(self) -> list[dict[str, Any]]:
+        """What is failing transiently right now, for the operator (status, progress, metrics)."""
+        out = []
+        for what, seconds, reason in self._retry.streaks():
+            held = set(self._awaiting) | {partition_key(r.source_partition) for r in self._resend} \
+                if what == _DELIVERY else set()
+            out.append({"operation": what, "reason": reason, "for_s": round(seconds, 1), "partitions": sorted(held)})
+        return out
 
     def _resolve_permanent(self, new: list, handler: FailedRecordHandler, stats: EpochStats) -> list:
         """Hooks -> DLQ -> tolerance for permanent failures; the DLQ being slow keeps them for later."""

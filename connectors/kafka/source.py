@@ -19,7 +19,9 @@ import logging
 import re
 from typing import Any, Mapping, Sequence
 
+import orjson
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.errors import ConnectError, RetriableError
@@ -102,6 +104,23 @@ class KafkaSourceConnector(PartitionedSourceConnector):
             raise RetriableError(f"cannot list topics on {self.config['bootstrap.servers']}: {exc}") from exc
         return sorted((t, p) for t, md in metadata.topics.items() if md.error is None and self._matches(t)
                       for p in md.partitions)
+
+    def committed_lag(self, committed: Mapping[str, Mapping[str, Any]]) -> dict[str, int] | None:
+        """High watermark - (committed offset + 1) per partition; a lower bound on brokers whose
+        watermarks lag (tansu reports the base offset of the last batch + 1)."""
+        wanted = {}
+        for key, offset in committed.items():
+            part = orjson.loads(key)
+            if offset and isinstance(part, dict) and {"topic", "partition"} <= part.keys() and "offset" in offset:
+                wanted[TopicPartition(part["topic"], int(part["partition"]))] = (key, int(offset["offset"]) + 1)
+        if not wanted:
+            return {}
+        try:
+            ends = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in wanted}, request_timeout=5)
+            return {wanted[tp][0]: max(future.result().offset - wanted[tp][1], 0) for tp, future in ends.items()}
+        except (KafkaException, ValueError) as exc:
+            log.debug("lag of %s: %s", self.config.get("bootstrap.servers"), exc)
+            return None
 
     def stop(self) -> None:
         self._stop_watching()

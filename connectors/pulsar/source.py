@@ -36,6 +36,8 @@ import re
 import time
 from typing import Any, Mapping, Sequence
 
+import orjson
+
 from connect.config import ConfigDef, Importance, Type, at_least, one_of, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
@@ -185,6 +187,28 @@ class PulsarSourceConnector(PartitionedSourceConnector):
         return issues
 
     @classmethod
+    def committed_lag(self, committed: Mapping[str, Mapping[str, Any]]) -> dict[str, int] | None:
+        """Entries after the committed position per partition, from the admin API's internal stats
+        (with ``admin.url``; pulsar-client cannot tell over the binary protocol, so None without
+        it). A lower bound in records when entries are batched."""
+        if not self._cfg.get("admin.url"):
+            return None
+        out: dict[str, int] = {}
+        try:
+            for key, offset in committed.items():
+                part = orjson.loads(key)
+                if not offset or not isinstance(part, dict) or "ledger" not in offset:
+                    continue
+                name = partition_topic(part["topic"], int(part["partition"]))
+                behind = entries_behind(internal_stats(self._cfg["admin.url"], name, self._cfg),
+                                        (int(offset["ledger"]), int(offset["entry"])))
+                if behind is not None:
+                    out[key] = behind
+        except (RetriableError, KeyError, ValueError) as exc:
+            log.debug("lag: %s", exc)
+            return None
+        return out
+
     def task_class(cls) -> type:
         return PulsarSourceTask
 

@@ -37,6 +37,8 @@ import re
 import time
 from typing import Any, Mapping, Sequence
 
+import orjson
+
 from connect.config import ConfigDef, Importance, Type, at_least, one_of, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
@@ -142,6 +144,28 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
                 raise RetriableError(f"cannot look up the route of {topic}: {exc}") from exc
             out.extend((f"{mq.topic}{_QUEUE_SEP}{mq.broker_name}", mq.queue_id) for mq in route.read_queues())
         return sorted(out)
+
+    def committed_lag(self, committed: Mapping[str, Mapping[str, Any]]) -> dict[str, int] | None:
+        """The queue's max offset - (committed offset + 1) per queue, asked of its master broker."""
+        out: dict[str, int] = {}
+        masters: dict[str, dict[str, str]] = {}
+        try:
+            for key, offset in committed.items():
+                part = orjson.loads(key)
+                if not offset or not isinstance(part, dict) or {"topic", "broker", "queue"} - part.keys():
+                    continue
+                topic = part["topic"]
+                if topic not in masters:
+                    route = self._client.topic_route(topic)
+                    masters[topic] = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr}
+                addr = masters[topic].get(part["broker"])
+                if addr is not None:
+                    top = self._client.max_offset(addr, topic, int(part["queue"]))
+                    out[key] = max(top - (int(offset["offset"]) + 1), 0)
+        except ConnectError as exc:
+            log.debug("lag of %s: %s", self._cfg["namesrv.addr"], exc)
+            return None
+        return out
 
     def source_topics(self) -> dict[str, int]:
         """Queue counts per topic (the largest queue id + 1 over its brokers)."""

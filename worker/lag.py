@@ -1,0 +1,81 @@
+"""Lag as the operator means it: what is still to be delivered, whether or not the pairs run.
+
+Task pairs report where their consumers stand, which runs ahead of what is delivered (records
+moved but not acknowledged, a pair retrying a refused batch) and says nothing while a connector is
+paused, stopped or failing. So the driver measures lag itself, from the offsets it committed and
+the source's end (:meth:`connect.connector.SourceConnector.committed_lag`), after each epoch and,
+while no epoch runs, every :data:`REFRESH_S` seconds.
+
+Seconds behind are how long a partition has been behind without interruption: since the last
+measurement that found it caught up (0 records), or since the first measurement of this process
+that found it behind. They grow while nothing is delivered (a paused connector, a sink refusing
+records) and drop to 0 once the committed offsets reach the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterable, Mapping
+
+__all__ = ["CommittedLag", "REFRESH_S"]
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 5.0
+
+
+class CommittedLag:
+    """The last lag measured against committed offsets, per source partition key."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self._clock = clock
+        self._behind_since: dict[str, float] = {}  # key -> when it was first seen behind, in this streak
+        self._records: dict[str, int] = {}  # key -> records behind, last measured
+        self.known = False
+        self.measured_at = 0.0  # monotonic
+
+    def measure(self, source_connector, committed: Mapping[str, Mapping]) -> None:
+        """Ask the source how far its end is from ``committed``; unknown (``known`` False) when it
+        cannot tell or fails (lag is informational: never an error of the connector)."""
+        self.measured_at = time.monotonic()
+        try:
+            behind = source_connector.committed_lag(committed)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("lag not measured: %s", exc)
+            behind = None
+        self.update(behind)
+
+    def update(self, behind: Mapping[str, int] | None) -> None:
+        if behind is None:
+            self.known = False
+            return
+        now = self._clock()
+        since = {}
+        for key, records in behind.items():
+            if records > 0:
+                since[key] = self._behind_since.get(key, now)
+        self._behind_since = since
+        self._records = {key: max(int(records), 0) for key, records in behind.items()}
+        self.known = True
+
+    @property
+    def partitions(self) -> dict[str, tuple[int, float]]:
+        """key -> (records, seconds behind), the seconds as of now."""
+        now = self._clock()
+        return {key: (records, now - self._behind_since[key] if key in self._behind_since else 0.0)
+                for key, records in self._records.items()}
+
+    def due(self) -> bool:
+        return time.monotonic() - self.measured_at >= REFRESH_S
+
+    def of(self, keys: Iterable[str] | None = None) -> tuple[int, float] | None:
+        """(records, seconds) over ``keys`` (every partition when None): records summed, seconds the
+        largest; None when unknown or none of the keys was measured."""
+        if not self.known:
+            return None
+        parts = self.partitions
+        wanted = parts if keys is None else {k: parts[k] for k in keys if k in parts}
+        if not wanted:
+            return None if keys is not None else (0, 0.0)
+        return sum(r for r, _ in wanted.values()), max(s for _, s in wanted.values())
