@@ -86,6 +86,7 @@ __all__ = [
     "UnresolvedReferences",
     "Resolved",
     "ConfigProviders",
+    "secret_provider_values",
 ]
 
 ENTRY_POINT_GROUP = "connect.config_providers"
@@ -776,3 +777,26 @@ class ConfigProviders:
         if failures:
             raise UnresolvedReferences(failures, source=source)
         return Resolved(config=out, provided_keys=provided, secret_values=secret_values)
+
+
+# Keys that name where a cluster is, not a credential: a broker address read from the environment
+# is shown in errors and logs (operators need it to debug), unless the key itself is secret.
+_ADDRESS_KEY = re.compile(r"(?:^|\.)(?:bootstrap\.servers|service\.url|admin\.url|namesrv\.addr)$")
+
+
+def secret_provider_values(config: Mapping[str, Any], resolved: Resolved) -> set[str]:
+    """The provider values to mask in free text (logs, traces, errors): all of them, except a value
+    that is the whole of an address key (``bootstrap.servers``, ``service.url``, ``admin.url``,
+    ``namesrv.addr``) given by one ``${env:...}`` reference and used by no other provided key.
+    Values from files, directories and keystores are always masked."""
+    exempt_keys = set()
+    for key in resolved.provided_keys:
+        value = config.get(key)
+        refs = parse_references(value) if isinstance(value, str) else []
+        if (_ADDRESS_KEY.search(key) and not is_secret_name(key) and len(refs) == 1 and refs[0].text == value
+                and refs[0].provider == "env"):
+            exempt_keys.add(key)
+    others = [str(resolved.config[k]) for k in resolved.provided_keys - exempt_keys]
+    shown = {str(resolved.config[k]) for k in exempt_keys}
+    shown = {v for v in shown if not any(v in other for other in others)}
+    return set(resolved.secret_values) - shown

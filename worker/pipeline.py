@@ -321,12 +321,12 @@ def load_pipeline_file(path: str | Path, client_policy: ClientConfigPolicy = DEF
     provided: frozenset[str] = frozenset()
     if isinstance(document, dict) and isinstance(document.get("config"), dict):
         # The default providers (env, file), as the worker service resolves them; other values kept.
-        from connect.providers import ConfigProviders
+        from connect.providers import ConfigProviders, secret_provider_values
 
         with ConfigProviders.from_worker_config({}) as providers:
             resolved = providers.resolve(
                 {k: v for k, v in document["config"].items() if isinstance(v, str)}, source=str(path))
         document = {**document, "config": {**document["config"], **resolved.config}}
-        provided = frozenset(resolved.secret_values)
+        provided = frozenset(secret_provider_values(document["config"], resolved))
     pipeline = parse_pipeline(document, source=str(path), client_policy=client_policy)
     return attrs.evolve(pipeline, provided_values=provided) if provided else pipeline

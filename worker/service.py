@@ -23,6 +23,7 @@ import orjson
 from connect.clientpolicy import ClientConfigPolicy
 from connect.config import ConfigDef, Importance, Type, in_range, one_of
 from connect.errors import ConfigError, ConfigIssue
+from connect.providers import secret_provider_values
 from connect.secrets import install_log_redaction
 
 __all__ = ["WORKER_CONFIG", "WorkerConfig", "load_worker_config", "Worker"]
@@ -204,7 +205,7 @@ class Worker:
 
     def _resolver(self, config: Mapping[str, str]):
         resolved = self.providers.resolve(config)
-        return resolved.config, set(resolved.provided_keys), set(resolved.secret_values)
+        return resolved.config, set(resolved.provided_keys), secret_provider_values(config, resolved)
 
     def start(self) -> None:
         """Start Spark, the herder (resuming stored connectors) and the REST server (in a thread)."""

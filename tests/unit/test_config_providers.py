@@ -447,3 +447,19 @@ def test_builtins_registered_as_entry_points():
 def test_provider_name_must_be_valid():
     with pytest.raises(ValueError):
         ConfigProviders({"a.b": FileConfigProvider()})
+
+
+def test_an_address_from_the_environment_is_shown_other_provider_values_stay_secret(tmp_path):
+    from connect.providers import FileConfigProvider, secret_provider_values
+
+    secrets = tmp_path / "s.properties"
+    secrets.write_text("pw=hunter2-pw\nhost=file-host:9092\n")
+    env = {"SOURCE_BOOTSTRAP": "kafka-a:9092", "SOURCE_PW": "env-pw-1234", "SHARED": "shared-value"}
+    providers = ConfigProviders({"env": EnvVarConfigProvider(env), "file": FileConfigProvider()})
+    config = {"source.bootstrap.servers": "${env:SOURCE_BOOTSTRAP}",  # shown: an address from env
+              "sink.bootstrap.servers": f"${{file:{secrets}:host}}",  # masked: from a file
+              "source.service.url": "pulsar://${env:SHARED}",  # masked: not wholly one reference
+              "sink.producer.override.sasl.password": "${env:SOURCE_PW}",
+              "dlq.bootstrap.servers": "${env:SHARED}", "source.client.id": "${env:SHARED}"}  # also a client id
+    resolved = providers.resolve(config)
+    assert secret_provider_values(config, resolved) == {"file-host:9092", "env-pw-1234", "shared-value"}
