@@ -30,6 +30,10 @@ class ConnectorContext:
     def request_task_reconfiguration(self) -> None:
         self._reconfigure.set()
 
+    def reconfiguration_requested(self) -> bool:
+        """Worker side: whether a request waits (it stays until taken)."""
+        return self._reconfigure.is_set()
+
     def take_reconfiguration_request(self) -> bool:
         """Worker side: True once per request."""
         if self._reconfigure.is_set():

@@ -13,6 +13,8 @@ and plays the registry's part of the exchange the way a Pulsar broker does:
   never reaches pulsar-lite.
 - GET_SCHEMA (topic, version): answered from the registry with GET_SCHEMA_RESPONSE.
 - LOOKUP_RESPONSE: the broker URL is rewritten to the proxy's, so clients stay on the proxy.
+- PARTITIONED_METADATA of a topic in ``missing``: answered TopicNotFound, as a broker with topic
+  auto-creation off answers for a topic nobody created (pulsar-lite creates every topic asked for).
 
 Everything else (SEND, MESSAGE, FLOW, ACK...) passes through unchanged. Field numbers follow
 PulsarApi.proto (BaseCommand's field number for each command equals its type number).
@@ -26,6 +28,7 @@ import threading
 
 # BaseCommand types (= field numbers)
 PRODUCER, ERROR, PRODUCER_SUCCESS, LOOKUP_RESPONSE, GET_SCHEMA, GET_SCHEMA_RESPONSE = 5, 14, 17, 24, 34, 35
+PARTITIONED_METADATA, PARTITIONED_METADATA_RESPONSE, LOOKUP_FAILED = 21, 22, 1
 SCHEMA_TYPES = {"NONE": 0, "STRING": 1, "JSON": 2, "PROTOBUF": 3, "AVRO": 4}
 SCHEMA_NAMES = {v: k for k, v in SCHEMA_TYPES.items()}
 INCOMPATIBLE_SCHEMA, TOPIC_NOT_FOUND = 18, 11  # ServerError
@@ -112,6 +115,7 @@ class SchemaRegistryProxy:
         self.producers: list[tuple[str, str, str, str]] = []
         self.lookups: list[tuple[str, int]] = []
         self.answer_lookups = True  # False: GetSchema requests are swallowed (a registry that does not answer)
+        self.missing: set[str] = set()  # full topic names the broker says do not exist
         self._lock = threading.Lock()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
@@ -206,6 +210,10 @@ class SchemaRegistryProxy:
                 schema = encode([(1, 2, found[1].encode()), (3, 2, found[2].encode()), (4, 0, SCHEMA_TYPES[found[0]])])
                 reply = [(1, 0, request), (4, 2, schema), (5, 2, struct.pack(">q", version))]
             client.sendall(command(GET_SCHEMA_RESPONSE, reply))
+            return None
+        elif from_client and kind == PARTITIONED_METADATA and field(body, 1).decode() in self.missing:
+            client.sendall(command(PARTITIONED_METADATA_RESPONSE, [(2, 0, field(body, 2)), (3, 0, LOOKUP_FAILED),
+                                                                   (4, 0, TOPIC_NOT_FOUND), (5, 2, b"Topic not found")]))
             return None
         elif not from_client and kind == PRODUCER_SUCCESS:
             assigned = pending.pop(field(body, 1), None)

@@ -334,7 +334,16 @@ def connector_turn(rt: PipelineRuntime, executor: Executor, report: Callable[[li
         return False
     pause = idle_wait * (5 if rt.last_job_error is not None else 1)
     restart_in = rt.next_restart_in()
-    wait(min(pause, restart_in) if restart_in is not None else pause)
+    pause = min(pause, restart_in) if restart_in is not None else pause
+    if rt.tasks:
+        wait(pause)
+        return True
+    # Waiting for work: start as soon as the source finds some (a topic appeared), not a pause later.
+    until = time.monotonic() + pause
+    while not rt.context.reconfiguration_requested():
+        left = until - time.monotonic()
+        if left <= 0 or wait(min(left, 0.1)):  # True: stopped or woken
+            break
     return True
 
 

@@ -14,6 +14,10 @@ Positions are framework-managed, not acknowledged on a subscription. Why readers
   deleted. The price, the same as Kafka's: data the source's retention deletes while the connector
   is stopped is not read (a committed position no longer there resumes at the earliest left).
 
+Topics and partitions that appear later (a topic matching the regex, partitions added, a named
+topic a broker without auto-creation said did not exist) are read from their first message within
+``refresh.topics.interval.ms`` (:mod:`connect.source.partitioned`).
+
 Each partition of a partitioned topic (``persistent://t/ns/topic-partition-N``) is a source
 partition ``{"topic": <topic>, "partition": N}`` (a non-partitioned topic: ``partition`` -1); the
 offset of a record is its message id ``{"ledger", "entry", "batch"}``. Records keep the payload;

@@ -1,10 +1,11 @@
 """Sources that start before their topics exist, over the wire: a Kafka, a Pulsar and a RocketMQ
-mirror start with no matching topic (0 task pairs, saying what they wait for), the topics are
-created 10 s later with records, and every record is mirrored within
+mirror start with no matching topic (0 task pairs, saying what they wait for) - by regex, and a
+Pulsar one by name on a broker that does not create topics on lookup - the topics are created 10 s
+later with records, and every record is mirrored within
 ``refresh.topics.interval.ms`` + one epoch; then the RocketMQ topic's queue count grows while it is
 mirrored, and the new queues are mirrored too, into a target grown to match.
 
-The three connectors run side by side in one driver (each in its own thread, as ``connect run``
+The connectors run side by side in one driver (each in its own thread, as ``connect run``
 runs them), so the 10 s wait is paid once. The worker's REST status says what a connector without
 task pairs waits for."""
 
@@ -21,6 +22,7 @@ from kafka_util import create_topic as kafka_create_topic
 from kafka_util import produce as kafka_produce
 from pipeline_util import assert_delivered_in_order, make_driver, pair_pipeline
 from pulsar_admin import FakePulsarAdmin
+from pulsar_wire import SchemaRegistryProxy
 from rocketmq_util import consume_all as rocketmq_consume_all
 from rocketmq_util import produce as rocketmq_produce
 from service_util import wait_for
@@ -30,8 +32,8 @@ from connectors.rocketmq.client import SyncRocketMQClient
 pytestmark = pytest.mark.timeout(240)
 
 REFRESH_MS, EPOCH_MS = 2000, 1500
-# Beyond refresh + one epoch: the driver's idle wait of a connector without pairs (1 s), the
-# scheduling of the new pair's Spark job and the end of its epoch, on a shared 2-core machine.
+# Beyond refresh + one epoch: the reconfiguration, the scheduling of the new pair's Spark job and
+# its result reaching the driver, on a shared 2-core machine.
 SLACK_S = 4.0
 N = 1000
 
@@ -64,7 +66,10 @@ def test_sources_started_before_their_topics_pick_them_up_and_a_growing_queue_co
     (ksrc, kdst), (psrc, pdst), (rsrc, rdst) = kafka_pair, pulsar_pair, rocketmq_pair
     tag = hashlib.sha1(unique.encode()).hexdigest()[:8]
     kafka_topic, pulsar_topic, rocketmq_topic = f"late.k{tag}", f"persistent://public/default/late-p{tag}", f"LateR{tag}"
+    named_topic = f"persistent://public/default/named-p{tag}"
     admin = FakePulsarAdmin().start()  # pulsar-lite cannot list a namespace's topics (see tests/pulsar_admin.py)
+    strict = SchemaRegistryProxy(psrc.port)  # pulsar-lite creates every topic asked for; this broker does not
+    strict.missing.add(named_topic)
     admin.tenants["public"] = {"allowedClusters": ["standalone"]}
     admin.namespaces["public/default"] = {}
     fast = {"epoch.max.ms": EPOCH_MS}
@@ -77,6 +82,9 @@ def test_sources_started_before_their_topics_pick_them_up_and_a_growing_queue_co
                                                  "topics.regex": f"persistent://public/default/late-p{tag}.*",
                                                  "admin.url": admin.url, **refresh},
                                 {"connector.class": "pulsar", "service.url": pdst.service_url}, **fast),
+        "pulsar-named": pair_pipeline(f"{unique}-n", {"connector.class": "pulsar", "service.url": strict.service_url,
+                                                       "topics": named_topic, **refresh},
+                                      {"connector.class": "pulsar", "service.url": pdst.service_url}, **fast),
         "rocketmq": pair_pipeline(f"{unique}-r", {"connector.class": "rocketmq", "namesrv.addr": rsrc.namesrv,
                                                    "topics.regex": f"LateR{tag}.*", **refresh},
                                   {"connector.class": "rocketmq", "namesrv.addr": rdst.namesrv,
@@ -89,7 +97,8 @@ def test_sources_started_before_their_topics_pick_them_up_and_a_growing_queue_co
     try:
         for kind, rt in runtimes.items():  # nothing to read yet, and they say so
             assert rt.tasks == [], kind
-            assert rt.waiting().startswith("waiting for topics matching '"), rt.waiting()
+            assert rt.waiting().startswith(f"waiting for topic(s) '{named_topic}' to exist" if kind == "pulsar-named"
+                                           else "waiting for topics matching '"), rt.waiting()
         runner.start()
         time.sleep(10)
 
@@ -98,6 +107,8 @@ def test_sources_started_before_their_topics_pick_them_up_and_a_growing_queue_co
         kafka_produce(ksrc.bootstrap, kafka_topic, N, 2)
         assert admin.dispatch("PUT", f"/admin/v2/persistent/public/default/late-p{tag}", None, None)[0] == 204
         pulsar_util.produce(psrc, pulsar_topic, N, 0)
+        strict.missing.clear()
+        pulsar_util.produce(psrc, named_topic, N, 0)
         rocketmq_produce(rsrc, rocketmq_topic, N, 2)
         produced = time.monotonic() - created
         took = _wait_committed(runtimes, {k: N for k in runtimes}, created, 60)
@@ -125,11 +136,13 @@ def test_sources_started_before_their_topics_pick_them_up_and_a_growing_queue_co
         else:
             driver.close()
         admin.stop()
+        strict.close()
 
     got = kafka_consume_all(kdst.bootstrap, kafka_topic, range(2), N)
     assert sorted(_index(m.value()) for m in got) == list(range(N))
-    got = pulsar_util.consume_all(pdst, pulsar_topic, 0, N)[-1]
-    assert_delivered_in_order([_index(m.data()) for m in got], list(range(N)), "pulsar")
+    for topic in (pulsar_topic, named_topic):
+        got = pulsar_util.consume_all(pdst, topic, 0, N)[-1]
+        assert_delivered_in_order([_index(m.data()) for m in got], list(range(N)), topic)
     mirrored = rocketmq_consume_all(rdst, rocketmq_topic)
     assert sorted(mirrored) == [0, 1, 2, 3]  # the target grew with its source
     for q, msgs in mirrored.items():

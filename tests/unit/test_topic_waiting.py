@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from connect.connector import ConnectorContext
 from connect.errors import RetriableError
 from connect.source.partitioned import PartitionedSourceConnector
 from connectors.rocketmq.system import regex_selects
+from worker.driver import connector_turn
 from worker.progress import ProgressPrinter
 
 RESERVED = {"DefaultCluster", "broker-a"}
@@ -129,3 +131,37 @@ def test_connect_run_prints_what_an_idle_connector_waits_for_when_it_changes_and
     printer.idle(_Runtime("busy", None))  # it has pairs: nothing
     ProgressPrinter(out=out, quiet=True).idle(rt)
     assert len(out.getvalue().splitlines()) == 3
+
+
+class _IdleRuntime:
+    """A connector without task pairs, as connector_turn sees it."""
+
+    name, tasks, last_job_error = "idle", [], None
+
+    def __init__(self):
+        self.context = ConnectorContext("idle")
+
+    def run_epoch(self, executor):
+        return []
+
+    def alive(self):
+        return True
+
+    def next_restart_in(self):
+        return None
+
+
+def test_a_connector_without_pairs_starts_as_soon_as_its_source_asks_not_a_pause_later():
+    rt, stop = _IdleRuntime(), threading.Event()
+    threading.Timer(0.2, rt.context.request_task_reconfiguration).start()
+    started = time.monotonic()
+    assert connector_turn(rt, None, lambda done: None, stop.wait, idle_wait=5.0)
+    assert 0.15 < time.monotonic() - started < 1.0
+    started = time.monotonic()  # the request is still there: the next turn takes it at once
+    connector_turn(rt, None, lambda done: None, stop.wait, idle_wait=5.0)
+    assert time.monotonic() - started < 0.1
+    rt.context.take_reconfiguration_request()
+    threading.Timer(0.2, stop.set).start()  # a stop ends the wait too
+    started = time.monotonic()
+    connector_turn(rt, None, lambda done: None, stop.wait, idle_wait=5.0)
+    assert time.monotonic() - started < 1.0
