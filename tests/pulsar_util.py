@@ -37,25 +37,23 @@ def produce(broker, topic: str, count: int, partitions: int, *, start: int = 0) 
 
 
 def consume_all(broker, topic: str, partitions: int, expected: int, timeout: float = 60.0) -> dict[int, list]:
-    """Every message of each partition (readers from the earliest), by partition index (-1: not
-    partitioned), until ``expected`` arrived and 1 s of silence followed."""
+    """Every message of each partition (from the earliest), by partition index (-1: not
+    partitioned), until ``expected`` arrived and 1 s of silence followed. Read with the Pulsar
+    source's own guards (``connectors.pulsar.guards``): pulsar-lite's readers stall and deliver
+    again under load, which plain readers turned into missing or doubled records in tests."""
+    from connectors.pulsar.guards import TopicReaders
+
     c = client(broker)
-    names = {p: f"{topic}-partition-{p}" for p in range(partitions)} if partitions else {-1: topic}
-    readers = {p: c.create_reader(n, pulsar.MessageId.earliest) for p, n in names.items()}
-    out: dict[int, list] = {p: [] for p in names}
+    names = {f"{topic}-partition-{p}": p for p in range(partitions)} if partitions else {topic: -1}
+    readers = TopicReaders(c, list(names), stall_ms=1000)
+    out: dict[int, list] = {p: [] for p in names.values()}
     deadline = time.monotonic() + timeout
     quiet_since = None
     try:
         while time.monotonic() < deadline:
-            got = 0
-            for p, r in readers.items():
-                while True:
-                    try:
-                        m = r.read_next(50)
-                    except pulsar.Timeout:
-                        break
-                    out[p].append(m)
-                    got += 1
+            got = readers.read(5000, 50)
+            for name, m in got:
+                out[names[name]].append(pulsar.Message._wrap(m))
             total = sum(map(len, out.values()))
             if got:
                 quiet_since = None
@@ -64,7 +62,6 @@ def consume_all(broker, topic: str, partitions: int, expected: int, timeout: flo
                 if time.monotonic() - quiet_since > 1.0:
                     break
     finally:
-        for r in readers.values():
-            r.close()
+        readers.close()
         c.close()
     return out

@@ -190,7 +190,6 @@ class PulsarSourceConnector(PartitionedSourceConnector):
                                       "topics.regex needs the admin REST URL (http://host:port) to list the namespace"))
         return issues
 
-    @classmethod
     def committed_lag(self, committed: Mapping[str, Mapping[str, Any]]) -> dict[str, int] | None:
         """Entries after the committed position per partition, from the admin API's internal stats
         (with ``admin.url``; pulsar-client cannot tell over the binary protocol, so None without
@@ -213,6 +212,7 @@ class PulsarSourceConnector(PartitionedSourceConnector):
             return None
         return out
 
+    @classmethod
     def task_class(cls) -> type:
         return PulsarSourceTask
 
