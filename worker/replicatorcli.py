@@ -80,6 +80,9 @@ def list_(client, as_json: bool = typer.Option(False, "--json", help="Print the 
     if as_json:
         _print_json(doc)
         return
+    if not doc:
+        typer.echo("no replicators")
+        return
     table = Table("ID", "NAMESPACE", "TYPE", "REGION", "TOPIC", "STATE")
     for r in doc:
         for topic, info in r["topics"].items():

@@ -296,11 +296,19 @@ def _json_kind(doc: Any) -> str:
     return "null"
 
 
-def _tasks_summary(doc: Any) -> str:
+def _tasks_summary(doc: Any, created: str | None = None) -> str:
+    """``source, 2 tasks``. A connector just created (``created``: its initial state) has no tasks
+    in the worker's answer yet - they start a moment later - so it says so instead of ``0 tasks``."""
     tasks = doc.get("tasks") if isinstance(doc, dict) else None
     count = len(tasks) if isinstance(tasks, list) else 0
     kind = doc.get("type") if isinstance(doc, dict) else None
-    return f"{kind or 'unknown type'}, {count} task{'s' if count != 1 else ''}"
+    if count == 0 and created == "STOPPED":
+        tasks_text = "no tasks until resumed"
+    elif count == 0 and created is not None:
+        tasks_text = "tasks starting"
+    else:
+        tasks_text = f"{count} task{'s' if count != 1 else ''}"
+    return f"{kind or 'unknown type'}, {tasks_text}"
 
 
 # --- prometheus metrics -----------------------------------------------------------------------
@@ -465,7 +473,7 @@ def create(
         body["initial_state"] = initial.upper()
     answer = client.json("POST", "/connectors", body=body)
     suffix = f", initial state {body['initial_state']}" if "initial_state" in body else ""
-    typer.echo(f"created connector {doc['name']} ({_tasks_summary(answer)}{suffix})")
+    typer.echo(f"created connector {doc['name']} ({_tasks_summary(answer, body.get('initial_state', 'RUNNING'))}{suffix})")
 
 
 @_command()
@@ -481,8 +489,9 @@ def update(
         answer = response.json()
     except ValueError:
         answer = None
-    verb = "created" if response.status_code == 201 else "updated"
-    typer.echo(f"{verb} connector {doc['name']} ({_tasks_summary(answer)})")
+    created = response.status_code == 201
+    typer.echo(f"{'created' if created else 'updated'} connector {doc['name']} "
+               f"({_tasks_summary(answer, 'RUNNING' if created else None)})")
 
 
 @_command("list")

@@ -1,7 +1,8 @@
 """The README's top-level commands, run as a new user runs them, so a broken demo cannot land again
 (issue 27: `make demo-pulsar` hung at 12,204 / 50,000 and nothing in the suite ran it).
 
-`make test` is this suite. Every other `make` target the README's opening names must be a demo
+`make test` is this suite. The `connect` examples of the README's sections are run by
+test_readme_examples.py. Every other `make` target the README's opening names must be a demo
 recipe (`$(PY) -m worker.demo ...`) and is run here as that command, in a separate process with
 its own brokers and `connect run`, exactly as the Makefile runs it; it must exit 0 and say OK.
 """
@@ -12,17 +13,15 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from readme_util import ROOT, opening
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMOS = {"demo": [], "demo-pulsar": ["--target", "pulsar"]}  # make target -> worker.demo arguments
 
 
 def _readme_targets() -> set[str]:
-    opening = (ROOT / "README.md").read_text().split("\n## ", 1)[0]
-    return set(re.findall(r"\bmake ([\w-]+)", opening))
+    return set(re.findall(r"\bmake ([\w-]+)", opening()))
 
 
 def _recipe(target: str) -> str:

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 from typer.testing import CliRunner
 
+from worker.cli import app as cli_app
 from worker.restcli import app, parse_prometheus
 
 runner = CliRunner()
@@ -31,6 +32,7 @@ class FakeWorker:
 
     def reset(self) -> None:
         self.connectors: dict[str, dict] = {}
+        self.replicators: list[dict] = []
         self.requests: list[dict] = []
         self.auth: tuple | None = None  # ("bearer", token) or ("basic", user, password)
         self.metrics_status = 200
@@ -109,7 +111,9 @@ class FakeWorker:
             if body["name"] in self.connectors:
                 return 409, {"error_code": 409, "message": f"Connector {body['name']} already exists"}
             self.create(body["name"], body["config"], body.get("initial_state", "RUNNING"))
-            return 201, self.info(body["name"])
+            return 201, {**self.info(body["name"]), "tasks": []}  # as the worker: its tasks start a moment later
+        if parts == ["replicators"] and method == "GET":
+            return 200, self.replicators
         if parts == ["connector-plugins"] and method == "GET":
             return 200, self.plugins
         if parts == ["metrics"] and method == "GET":
@@ -125,7 +129,7 @@ class FakeWorker:
                     self.create(name, body)
                 else:
                     self.connectors[name]["config"] = dict(body)
-                return (201 if created else 200), self.info(name)
+                return (201, {**self.info(name), "tasks": []}) if created else (200, self.info(name))
             if name not in self.connectors:
                 return 404, {"error_code": 404, "message": f"Connector {name} not found"}
             c = self.connectors[name]
@@ -239,7 +243,7 @@ def test_create_sends_name_config_and_initial_state(worker, tmp_path):
     path = write(tmp_path, json.dumps(GOOD))
     result = cli(worker, "create", str(path), "--state", "paused")
     assert result.exit_code == 0, result.output
-    assert "created connector orders (source, 2 tasks, initial state PAUSED)" in result.stdout
+    assert "created connector orders (source, tasks starting, initial state PAUSED)" in result.stdout
     [req] = worker.requests
     assert (req["method"], req["path"]) == ("POST", "/connectors")
     assert req["body"] == {**GOOD, "initial_state": "PAUSED"}
@@ -251,6 +255,15 @@ def test_create_without_state_sends_no_initial_state(worker, tmp_path):
     result = cli(worker, "create", str(write(tmp_path, json.dumps(GOOD))))
     assert result.exit_code == 0, result.output
     assert worker.requests[0]["body"] == GOOD
+    # the answer lists no tasks yet (issue 22: "0 tasks" read as a connector that would run none)
+    assert "created connector orders (source, tasks starting)" in result.stdout
+    assert "0 tasks" not in result.stdout
+
+
+def test_create_stopped_says_no_tasks_until_resumed(worker, tmp_path):
+    result = cli(worker, "create", str(write(tmp_path, json.dumps(GOOD))), "--state", "STOPPED")
+    assert result.exit_code == 0, result.output
+    assert "created connector orders (source, no tasks until resumed, initial state STOPPED)" in result.stdout
 
 
 def test_create_conflict_prints_the_workers_error(worker, tmp_path):
@@ -292,8 +305,8 @@ def test_update_puts_the_config_and_says_created_then_updated(worker, tmp_path):
     first = cli(worker, "update", str(path))
     second = cli(worker, "update", str(path))
     assert (first.exit_code, second.exit_code) == (0, 0), first.output + second.output
-    assert "created connector orders" in first.stdout
-    assert "updated connector orders" in second.stdout
+    assert "created connector orders (source, tasks starting)" in first.stdout
+    assert "updated connector orders (source, 2 tasks)" in second.stdout
     sent = [(r["method"], r["path"], r["body"]) for r in worker.requests]
     assert sent == [("PUT", "/connectors/orders/config", GOOD["config"])] * 2
 
@@ -336,6 +349,23 @@ def test_list_table_and_json(worker):
 def test_list_empty(worker):
     result = cli(worker, "list")
     assert result.exit_code == 0 and "no connectors" in result.stdout
+
+
+def test_replicators_list_empty_says_so_and_lists_topics(worker):
+    def replicators(*args: str):
+        return runner.invoke(cli_app, ["replicators", "list", *args],
+                             env={**CLEAN_ENV, "CONNECT_URL": worker.url})
+
+    empty = replicators()
+    assert empty.exit_code == 0, empty.output
+    assert empty.stdout.strip() == "no replicators"  # not an empty table (issue 22)
+    worker.replicators = [{"id": "kafka.east.t_ns", "namespace": "t/ns", "type": "kafka", "region": "east",
+                           "topics": {"orders": {"state": "RUNNING"}, "payments": {"state": "STOPPED"}}}]
+    listed = replicators()
+    assert listed.exit_code == 0, listed.output
+    rows = table_rows(listed.stdout)
+    assert ["kafka.east.t_ns", "t/ns", "kafka", "east", "orders", "RUNNING"] in [r[1:-1] for r in rows]
+    assert json.loads(replicators("--json").stdout) == worker.replicators
 
 
 def test_status_table_with_failed_trace_and_metrics(worker):
