@@ -113,11 +113,13 @@ class ConfigDataError(ConfigError):
     path...). Reasons must name paths and keys only, never a value.
     """
 
-    def __init__(self, reason: str, *, missing: Iterable[str] | Mapping[str, str] = ()):
+    def __init__(self, reason: str, *, missing: Iterable[str] | Mapping[str, str] = (), denied: Iterable[str] = ()):
         super().__init__(reason)
         self.reason = reason
         self.reasons: dict[str, str] = dict(missing) if isinstance(missing, Mapping) else {}
         self.missing = frozenset(missing)
+        # keys (among ``missing``) a fence refused: a reference's ``:-default`` never hides that
+        self.denied = frozenset(denied)
 
     def reason_for(self, key: str) -> str:
         """Why ``key`` is missing (its own reason if one was given, else :attr:`reason`)."""
@@ -210,7 +212,8 @@ class EnvVarConfigProvider(ConfigProvider):
         missing.update((k, f"environment variable {k} is not set") for k in sorted(keys) if k not in missing
                        and k not in environ)
         if missing:
-            raise ConfigDataError("; ".join(missing.values()), missing=missing)
+            denied = [k for k in missing if self._allow is not None and not self._allow.fullmatch(k)]
+            raise ConfigDataError("; ".join(missing.values()), missing=missing, denied=denied)
         return {k: environ[k] for k in keys}
 
 
@@ -229,8 +232,10 @@ def _check_allowed(allowed: list[str] | None, path: str) -> None:
         return
     real = os.path.realpath(path)
     if not any(os.path.commonpath([real, root]) == root for root in allowed):
-        raise ConfigDataError(f"{path} is outside allowed.paths")
+        raise ConfigDataError(f"{path} is outside allowed.paths", denied=[_WHOLE_PATH])
 
+
+_WHOLE_PATH = "*"  # ConfigDataError.denied: the whole path was refused by a fence
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _BLANK = " \t\f"
@@ -381,6 +386,7 @@ class DirectoryConfigProvider(ConfigProvider):
             raise ConfigDataError(f"{path} is not a readable directory")
         values: dict[str, str] = {}
         problems: dict[str, str] = {}
+        denied: list[str] = []
         for key in sorted(keys):
             if key in (".", "..") or "/" in key or os.sep in key or (os.altsep and os.altsep in key):
                 problems[key] = f"{key!r} is not a plain file name"
@@ -393,6 +399,7 @@ class DirectoryConfigProvider(ConfigProvider):
                 _check_allowed(self._allowed, file)
             except ConfigDataError as exc:
                 problems[key] = exc.reason
+                denied.append(key)
                 continue
             try:
                 content = Path(file).read_text(encoding="utf-8")
@@ -404,7 +411,7 @@ class DirectoryConfigProvider(ConfigProvider):
                 continue
             values[key] = content.strip() if self._trim else content
         if problems:
-            raise ConfigDataError("; ".join(problems.values()), missing=problems)
+            raise ConfigDataError("; ".join(problems.values()), missing=problems, denied=denied)
         return values
 
     def store(self, path: str, values: Mapping[str, str]) -> None:
@@ -693,11 +700,13 @@ class ConfigProviders:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _fetch(self, name: str, path: str, keys: set[str]) -> tuple[dict[str, str], dict[str, str]]:
-        """(values, reasons): what ``name`` supplies for ``keys`` at ``path``, and why not for the others."""
+    def _fetch(self, name: str, path: str, keys: set[str]) -> tuple[dict[str, str], dict[str, str], set[str]]:
+        """(values, reasons, denied): what ``name`` supplies for ``keys`` at ``path``, why not for
+        the others, and which of those a fence refused."""
         provider = self._providers[name]
         values: dict[str, str] = {}
         reasons: dict[str, str] = {}
+        denied: set[str] = set()
         pending = set(keys)
         while pending:
             try:
@@ -706,8 +715,11 @@ class ConfigProviders:
                 missing = exc.missing & pending
                 if not missing:  # the whole path failed
                     reasons.update(dict.fromkeys(pending, exc.reason))
+                    if exc.denied:
+                        denied.update(pending)
                     break
                 reasons.update({k: exc.reason_for(k) for k in missing})
+                denied.update(exc.denied & missing)
                 pending -= missing
                 continue  # ask again for the keys that do exist
             except KeyError as exc:
@@ -728,7 +740,7 @@ class ConfigProviders:
                 else:
                     values[key] = str(got[key])
             break
-        return values, reasons
+        return values, reasons, denied
 
     def resolve(self, config: Mapping[str, Any], *, source: str | None = None,
                 ignore_unknown: bool = False) -> Resolved:
@@ -743,9 +755,9 @@ class ConfigProviders:
                 for ref in parse_references(value):
                     if ref.provider in self._providers and ref.key:
                         wanted.setdefault((ref.provider, ref.path), set()).add(ref.key)
-        fetched: dict[tuple[str, str], tuple[dict[str, str], dict[str, str]]] = {
+        fetched: dict[tuple[str, str], tuple[dict[str, str], dict[str, str], set[str]]] = {
             where: self._fetch(where[0], where[1], keys) for where, keys in wanted.items()}
-        redact = Redactor(v for values, _ in fetched.values() for v in values.values()).redact
+        redact = Redactor(v for values, _, _ in fetched.values() for v in values.values()).redact
         failures: list[ReferenceFailure] = []
         provided: set[str] = set()
         secret_values: set[str] = set()
@@ -761,12 +773,12 @@ class ConfigProviders:
             if not ref.key:
                 failures.append(ReferenceFailure(key, ref.shown(), "the reference names no key"))
                 return ref.text
-            values, reasons = fetched[(ref.provider, ref.path)]
+            values, reasons, denied = fetched[(ref.provider, ref.path)]
             if ref.key in values:
                 provided.add(key)
                 secret_values.add(values[ref.key])
                 return values[ref.key]
-            if ref.default is not None:
+            if ref.default is not None and ref.key not in denied:  # a fence is never papered over
                 return ref.default
             failures.append(ReferenceFailure(key, ref.shown(), redact(reasons.get(ref.key, "no value"))))
             return ref.text

@@ -55,8 +55,8 @@ WORKER_CONFIG = (
             "plugin.library.paths) and files outside connector.client.config.allowed.paths; all accepts any.",
             validator=one_of("default", "all"))
     .define("connector.client.config.allowed.paths", Type.STRING, "", "Directories (comma list) where connector "
-            "client settings naming files (ssl.ca.location, tls.trust.certs.file...) may point; relative to the "
-            "worker's working directory. Empty: none.")
+            "client settings naming files (ssl.ca.location, tls.trust.certs.file...) may point; relative ones "
+            "are taken from data.dir. Empty: none.")
     .define("connector.client.config.allowed.keys", Type.STRING, "", "Client settings the default policy refuses "
             "that connectors may set anyway (comma list, e.g. debug).")
     .define("data.dir", Type.STRING, "data", "Where the embedded stores (SQLite) live; locked by this worker.")
@@ -163,8 +163,17 @@ def fenced_providers(config: WorkerConfig, keystore_root: str) -> dict[str, str]
     for name in names:
         if name in defaults and raw.get(f"config.providers.{name}.class", name).strip() in (name, ""):
             param, value = defaults[name]
-            out.setdefault(f"config.providers.{name}.param.{param}", value)
+            key = f"config.providers.{name}.param.{param}"
+            out[key] = data_dir_paths(config, out[key]) if key in out and param == "allowed.paths" else out.get(key, value)
     return out
+
+
+def data_dir_paths(config: WorkerConfig, paths: str) -> str:
+    """A comma list of paths with the relative ones taken from ``data.dir`` (not from the working
+    directory), so a worker config's fences follow ``--data-dir``."""
+    root = os.path.abspath(config.get("data.dir"))
+    return ",".join(p if os.path.isabs(p) else os.path.join(root, p) for p in (x.strip() for x in paths.split(","))
+                    if p)
 
 
 class Worker:
@@ -180,7 +189,8 @@ class Worker:
         self.providers = ConfigProviders.from_worker_config(fenced_providers(config, self.keystore_root))
         self.client_policy = ClientConfigPolicy.from_settings(config.get("connector.client.config.override.policy"),
                                                               config.get("connector.client.config.allowed.keys"),
-                                                              config.get("connector.client.config.allowed.paths"))
+                                                              data_dir_paths(config, config.get(
+                                                                  "connector.client.config.allowed.paths")))
         self.metrics = ConnectMetrics()
         self._spark_app = spark_app  # a running SparkApp/SparkContext to use (tests); None: start one
         self._owns_spark = spark_app is None

@@ -73,6 +73,9 @@ def test_provider_values_never_echoed_in_validation_errors(worker_factory, kafka
         "source.client.id": "${env:CONNECT_TOKEN}"})})
     assert r.status_code == 400 and "not allowed by allowlist.pattern" in r.text and "source.client.id" in r.text
     assert CANARY not in r.text
+    r = c.post("/connectors", json={"name": f"{unique}-n", "config": _source(a, unique, **{  # no default papers over it
+        "source.client.id": "${env:CONNECT_TOKEN:-fallback}"})})
+    assert r.status_code == 400 and "not allowed by allowlist.pattern" in r.text, r.text
     # the plugin validate endpoint echoes no secret either
     r = c.put("/connector-plugins/kafka-source/config/validate", json={
         "bootstrap.servers": "x", "topics": "t", "client.override.sasl.password": CANARY})
@@ -378,3 +381,27 @@ def test_rest_fuzz_no_5xx_and_the_canary_never_appears(worker_factory, kafka_pai
     assert CANARY not in caplog.text
     for name in c.get("/connectors").json():
         c.delete(f"/connectors/{name}")
+
+
+def test_the_shipped_worker_config_fences_follow_its_data_dir(spark, kafka_pair, unique, tmp_path):
+    """conf/worker.json's relative fences are taken from data.dir, so --data-dir moves them too."""
+    from worker.service import Worker, load_worker_config
+
+    a, _ = kafka_pair
+    conf = Path(__file__).resolve().parents[2] / "conf" / "worker.json"
+    data = tmp_path / "elsewhere"
+    w = Worker(load_worker_config(conf, {"rest.port": 0, "data.dir": str(data)}), spark_app=spark)
+    w.start()
+    try:
+        c = httpx.Client(base_url=f"http://127.0.0.1:{w.port}", timeout=60)
+        (data / "secrets").mkdir(parents=True, exist_ok=True)
+        (data / "secrets" / "s.properties").write_text(f"pw={CANARY}\n")
+        r = c.post("/connectors", json={"name": f"{unique}-f", "config": _source(a, unique, **{
+            "tasks.max": f"${{file:{data}/secrets/s.properties:pw}}"})})
+        assert r.status_code == 400 and "must be an integer" in r.text and CANARY not in r.text, r.text
+        r = c.post("/connectors", json={"name": f"{unique}-f", "config": _source(a, unique, **{
+            "tasks.max": "${file:" + str(Path.cwd() / "data" / "worker" / "secrets" / "s.properties") + ":pw}"})})
+        assert r.status_code == 400 and "outside allowed.paths" in r.text, r.text
+        assert w.keystore_root == str(data.resolve() / "keystore") or w.keystore_root == str(data / "keystore")
+    finally:
+        w.close()
