@@ -62,6 +62,7 @@ TIMEOUT_S = 30.0
 POLLED = "connect_records_polled_total"
 ACKED = "connect_records_acknowledged_total"
 LAG = "connect_source_lag_records"
+COMMITTED = "connect_records_committed_total"
 
 app = typer.Typer(name="connectors", add_completion=False, no_args_is_help=True,
                   help="Manage the connectors of a running worker over its REST API (Kafka Connect's).")
@@ -356,7 +357,7 @@ def _sample_metrics(client: _Client, connector: str) -> _Sample | None:
     except (_WorkerError, _Unreachable):
         return None
     sample = _Sample(at=time.monotonic())
-    for name, labels, value in parse_prometheus(text, {POLLED, ACKED, LAG}):
+    for name, labels, value in parse_prometheus(text, {POLLED, ACKED, COMMITTED, LAG}):
         if labels.get("connector") == connector and "task" in labels and math.isfinite(value):
             per_task = sample.values.setdefault(name, {})
             per_task[labels["task"]] = per_task.get(labels["task"], 0.0) + value
@@ -414,24 +415,33 @@ def _render_status(status: dict[str, Any], now: _Sample | None, before: _Sample 
     table.add_column("TASK")
     table.add_column("STATE")
     table.add_column("WORKER")
-    for heading in ("RECORDS", "RECORDS/S", "ACKED", "ACKED/S", "LAG"):
+    for heading in ("RECORDS", "RECORDS/S", "ACKED", "ACKED/S", "COMMITTED", "LAG"):
         table.add_column(heading, justify="right")
 
     rows, traces = [], []
     for task in tasks:
         tid = str(task.get("id", "?"))
+        lag = (task.get("lag") or {}).get("records")  # the driver's, from committed offsets (any state)
         values = [now.get(POLLED, tid) if now else None, _rate(POLLED, tid, now, before),
                   now.get(ACKED, tid) if now else None, _rate(ACKED, tid, now, before),
-                  now.get(LAG, tid) if now else None]
+                  now.get(COMMITTED, tid) if now else None, lag if lag is not None else (now.get(LAG, tid) if now else None)]
         rows.append((tid, task, values))
         if task.get("state") == "FAILED" and _first_line(task.get("trace")):
             traces.append(f"task {tid}: {_first_line(task.get('trace'))}")
-    totals = [_sum([values[i] for _, _, values in rows]) for i in range(5)]
+        for retry in task.get("retrying") or []:
+            held = ", ".join(retry.get("partitions") or []) or "the whole pair"
+            traces.append(f"task {tid}: retrying {retry.get('operation')} for {retry.get('for_s')} s "
+                          f"(offsets held: {held}): {retry.get('reason')}")
+    totals = [_sum([values[i] for _, _, values in rows]) for i in range(6)]
+    connector_lag = (connector.get("lag") or {}).get("records")
+    if connector_lag is not None:  # a STOPPED connector has no task rows, its lag is still known
+        totals[5] = connector_lag
+    formats = (_count, _per_second, _count, _per_second, _count, _count)
     table.add_row("connector", _state(connector.get("state")), Text(str(connector.get("worker_id") or "-")),
-                  _count(totals[0]), _per_second(totals[1]), _count(totals[2]), _per_second(totals[3]), _count(totals[4]))
+                  *(f(v) for f, v in zip(formats, totals, strict=True)))
     for tid, task, values in rows:
         table.add_row(Text(tid), _state(task.get("state")), Text(str(task.get("worker_id") or "-")),
-                      _count(values[0]), _per_second(values[1]), _count(values[2]), _per_second(values[3]), _count(values[4]))
+                      *(f(v) for f, v in zip(formats, values, strict=True)))
     if connector.get("state") == "FAILED" and _first_line(connector.get("trace")):
         traces.insert(0, f"connector: {_first_line(connector.get('trace'))}")
 

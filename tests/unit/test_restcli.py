@@ -73,6 +73,7 @@ class FakeWorker:
                 lines.append(f'connect_records_polled_total{{connector="{name}",task="{i}"}} {10.0 * self.scrapes}')
                 lines.append(f'connect_records_polled_created{{connector="{name}",task="{i}"}} 1.7e9')
                 lines.append(f'connect_records_acknowledged_total{{connector="{name}",task="{i}"}} {8.0 * self.scrapes}')
+                lines.append(f'connect_records_committed_total{{connector="{name}",task="{i}"}} {6.0 * self.scrapes}')
                 if i == 0:  # only task 0 reports a lag: the others must show "-"
                     lines.append(f'connect_source_lag_records{{connector="{name}",task="{i}"}} 5')
         return "\n".join(lines) + "\n"
@@ -368,16 +369,33 @@ def test_replicators_list_empty_says_so_and_lists_topics(worker):
     assert json.loads(replicators("--json").stdout) == worker.replicators
 
 
+def test_status_prefers_the_drivers_lag_and_shows_what_is_retried(worker, monkeypatch):
+    """Lag from the REST status (measured from committed offsets, in every state) wins over the
+    metric; a STOPPED connector's own lag fills the connector row; retries are spelled out."""
+    worker.add("orders", tasks=["RUNNING"])
+    status = worker.status("orders")
+    status["connector"]["lag"] = {"records": 3000, "seconds": 12.5}
+    status["tasks"][0]["lag"] = {"records": 3000, "seconds": 12.5}
+    status["tasks"][0]["retrying"] = [{"operation": "delivery", "reason": "RetriableError: TOPIC_NOT_EXIST",
+                                       "for_s": 12.4, "partitions": ['{"queue":0}']}]
+    monkeypatch.setattr(worker, "status", lambda name: status)
+    result = cli(worker, "status", "orders")
+    assert result.exit_code == 0, result.output
+    rows = table_rows(result.stdout)
+    assert rows[1][-1] == "3,000" and rows[2][-1] == "3,000", rows
+    assert "task 0: retrying delivery for 12.4 s" in result.stdout and "TOPIC_NOT_EXIST" in result.stdout
+
+
 def test_status_table_with_failed_trace_and_metrics(worker):
     worker.add("orders", tasks=["RUNNING", "FAILED"],
                traces={1: "org.apache.kafka.connect.errors.ConnectException: broker gone\n\tat Runner.poll(runner.py:12)"})
     result = cli(worker, "status", "orders")
     assert result.exit_code == 0, result.output
     rows = table_rows(result.stdout)
-    assert rows[0] == ["TASK", "STATE", "WORKER", "RECORDS", "RECORDS/S", "ACKED", "ACKED/S", "LAG"]
-    assert rows[1] == ["connector", "RUNNING", "127.0.0.1:8083", "20", "-", "16", "-", "5"]
-    assert rows[2] == ["0", "RUNNING", "127.0.0.1:8083", "10", "-", "8", "-", "5"]
-    assert rows[3] == ["1", "FAILED", "127.0.0.1:8084", "10", "-", "8", "-", "-"]  # no lag metric: "-"
+    assert rows[0] == ["TASK", "STATE", "WORKER", "RECORDS", "RECORDS/S", "ACKED", "ACKED/S", "COMMITTED", "LAG"]
+    assert rows[1] == ["connector", "RUNNING", "127.0.0.1:8083", "20", "-", "16", "-", "12", "5"]
+    assert rows[2] == ["0", "RUNNING", "127.0.0.1:8083", "10", "-", "8", "-", "6", "5"]
+    assert rows[3] == ["1", "FAILED", "127.0.0.1:8084", "10", "-", "8", "-", "6", "-"]  # no lag metric: "-"
     assert "task 1: org.apache.kafka.connect.errors.ConnectException: broker gone" in result.stdout
     assert "Runner.poll" not in result.stdout
     assert [r["path"] for r in worker.requests] == ["/connectors/orders/status", "/metrics"]
@@ -388,7 +406,7 @@ def test_status_without_metrics_shows_dashes(worker):
     worker.metrics_status = 404
     result = cli(worker, "status", "orders")
     assert result.exit_code == 0, result.output
-    assert table_rows(result.stdout)[2] == ["0", "RUNNING", "127.0.0.1:8083", "-", "-", "-", "-", "-"]
+    assert table_rows(result.stdout)[2] == ["0", "RUNNING", "127.0.0.1:8083", "-", "-", "-", "-", "-", "-"]
 
 
 def test_status_json(worker):
