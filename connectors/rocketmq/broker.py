@@ -38,7 +38,6 @@ import hmac
 import logging
 import os
 import random
-import re
 import signal
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any, Callable
 
 import orjson
 
+from connectors.rocketmq.names import ILLEGAL_CHARACTER, TOPIC_MAX_LENGTH
 from connectors.rocketmq.protocol import (
     MessageExt,
     ProtocolError,
@@ -65,8 +65,6 @@ log = logging.getLogger(__name__)
 
 AUTO_CREATE_TOPIC = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 CLUSTER = "DefaultCluster"
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator
-TOPIC_MAX_LENGTH = 127
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # BrokerConfig/MessageStoreConfig maxMessageSize
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4  # PullSysFlag
 MAX_SUSPEND_MS = 30_000
@@ -285,7 +283,7 @@ class Broker:
 
     @staticmethod
     def _check_topic_name(name: str) -> None:
-        if not name or len(name) > (255 if name.startswith("%") else TOPIC_MAX_LENGTH) or not _TOPIC_RE.match(name):
+        if not name or len(name) > (255 if name.startswith("%") else TOPIC_MAX_LENGTH) or ILLEGAL_CHARACTER.search(name):
             raise _Refused(ResponseCode.SYSTEM_ERROR, f"The specified topic[{name}] is not valid: "
                                                       f"1-{TOPIC_MAX_LENGTH} characters of [%|a-zA-Z0-9_-]")
 
