@@ -27,7 +27,7 @@ from connect.sink.routing import render_template
 from connect.tasks.origin import local_topic_name as _local_part
 
 __all__ = ["LEGAL_CHARACTERS", "ILLEGAL_CHARACTER", "TOPIC_MAX_LENGTH", "GROUP_MAX_LENGTH", "NOT_ALLOWED_SEND_TOPICS",
-           "topic_problem", "legal_name", "local_topic_name"]
+           "topic_problem", "legal_name", "local_topic_name", "ROCKETMQ_NAMES"]
 
 LEGAL_CHARACTERS = "[%|a-zA-Z0-9_-]"
 ILLEGAL_CHARACTER = re.compile(r"[^%|a-zA-Z0-9_-]")  # TopicValidator's legal characters, negated
@@ -37,18 +37,19 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX
                                      "OFFSET_MOVED_EVENT"})
 
 
-def topic_problem(name: str) -> str | None:
-    """Why a RocketMQ client refuses to send to topic ``name``; None when it does not."""
+def topic_problem(name: str, sending: bool = True) -> str | None:
+    """Why a RocketMQ client refuses topic ``name`` (``sending``: as a target, where the internal
+    topics are forbidden too); None when it takes it."""
     if not name.strip():
-        return "RocketMQ refuses a blank topic name"
+        return "a topic name may not be blank"
     bad = sorted(set(ILLEGAL_CHARACTER.findall(name)))
     if bad:
         shown = " ".join(repr(c) for c in bad)
-        return f"RocketMQ topic names may only hold {LEGAL_CHARACTERS} (not {shown})"
+        return f"topic names may only hold {LEGAL_CHARACTERS} (not {shown})"
     if len(name) > TOPIC_MAX_LENGTH:
-        return f"RocketMQ topic names are at most {TOPIC_MAX_LENGTH} characters (this one has {len(name)})"
-    if name in NOT_ALLOWED_SEND_TOPICS:
-        return "RocketMQ forbids sending to this internal topic"
+        return f"topic names are at most {TOPIC_MAX_LENGTH} characters long (this one has {len(name)})"
+    if sending and name in NOT_ALLOWED_SEND_TOPICS:
+        return "no client may send to this internal topic (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)"
     return None
 
 
@@ -72,3 +73,34 @@ def local_topic_name(name: str, template: str = "{topic}", replacement: str = "_
     if not base:
         raise ValueError(f"topic name {name!r} has no local part")
     return legal_name(render_template(template, base), "topic", TOPIC_MAX_LENGTH, replacement)
+
+
+class _RocketMQNames:
+    """These rules as :class:`connect.sink.naming.TargetNames` asks for them."""
+
+    broker = "RocketMQ"
+
+    @staticmethod
+    def complete(name: str) -> str:
+        return name
+
+    @staticmethod
+    def problem(name: str) -> str | None:
+        return topic_problem(name)
+
+    @staticmethod
+    def replace(source_topic: str, rendered: str, template: str | None, replacement: str) -> str:
+        if template is None:  # a fixed name: its own characters
+            return legal_name(rendered, replacement=replacement)[0]
+        # The metadata connectors' mapping (a Pulsar topic's local name, then the template), so the
+        # data and the topics config sync creates meet under one name.
+        return local_topic_name(source_topic, template, replacement)[0]
+
+    @staticmethod
+    def replacement_problem(replacement: str) -> str | None:
+        if not replacement or ILLEGAL_CHARACTER.search(replacement):
+            return f"must be one or more characters RocketMQ allows in topic names ({LEGAL_CHARACTERS})"
+        return None
+
+
+ROCKETMQ_NAMES = _RocketMQNames()
