@@ -81,7 +81,7 @@ class TargetNames:
         self.replacing = config.get("topic.illegal.chars", "fail") == "replace"
         self._replacement = config.get("topic.illegal.chars.replacement", "_")
         self._cache: dict[str, str | IllegalTopicName] = {}
-        self._announced: set[str] = set()
+        self._announced: dict[str, None] = {}  # ordered: messages list topics as they came
 
     @property
     def merges(self) -> bool:
@@ -142,7 +142,7 @@ class TargetNames:
         new = [t for t in dict.fromkeys(source_topics) if t not in self._announced]
         if not new:
             return
-        self._announced.update(new)
+        self._announced.update(dict.fromkeys(new))
         targets, refused, collisions = self.plan(self._announced)
         renamed = [f"{s} -> {t}" for s, t in targets.items() if s in new and t != self.rules.complete(self._route(s))]
         if renamed:
