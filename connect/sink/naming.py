@@ -80,7 +80,7 @@ class TargetNames:
         self._template = config.get("topic.template") or "{topic}"
         self.replacing = config.get("topic.illegal.chars", "fail") == "replace"
         self._replacement = config.get("topic.illegal.chars.replacement", "_")
-        self._cache: dict[str, str | IllegalTopicName] = {}
+        self._cache: dict[str, tuple[str, bool]] = {}  # source topic -> (target, or why refused; legal)
         self._announced: dict[str, None] = {}  # ordered: messages list topics as they came
 
     @property
@@ -90,14 +90,14 @@ class TargetNames:
         return bool(self._fixed) or "{topic}" not in self._template
 
     def __call__(self, source_topic: str) -> str:
-        target = self._cache.get(source_topic)
-        if target is None:
+        known = self._cache.get(source_topic)
+        if known is None:
             name, problem, fixed = self.check(source_topic)
-            target = self._cache[source_topic] = name if problem is None else IllegalTopicName(
-                illegal_message(self.rules.broker, f"source topic {source_topic!r}", name, problem, fixed))
-        if isinstance(target, IllegalTopicName):
-            raise target
-        return target
+            known = self._cache[source_topic] = (name, True) if problem is None else (
+                illegal_message(self.rules.broker, f"source topic {source_topic!r}", name, problem, fixed), False)
+        if not known[1]:
+            raise IllegalTopicName(known[0])  # a new one each time: a raised instance keeps growing its traceback
+        return known[0]
 
     def check(self, source_topic: str) -> tuple[str, str | None, str | None]:
         """(target name, why the broker refuses it or None, the legal name ``replace`` would give
