@@ -141,3 +141,27 @@ def test_a_regex_source_topic_rocketmq_refuses_fails_its_records_with_the_fix_no
                 f"{topic.replace('.', '_')!r})")
     assert expected in failed[0], failed[0]
     assert any(expected in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)  # told at start
+
+
+def test_a_replication_flow_creates_the_target_it_writes_to_under_the_prefix_policy(kafka_pair, rocketmq_pair, spark,
+                                                                                     tmp_path, unique):
+    """MM2's prefix policy writes K.<topic>, which RocketMQ takes as K_<topic>: that target, not the
+    source's own name, is the one created with the source's partition count before the first record
+    (else nothing creates it and the sink waits for its route until the pair fails)."""
+    ksrc, _ = kafka_pair
+    _, dst = rocketmq_pair
+    topic, n = _base(unique), 200
+    create_topic(ksrc.bootstrap, topic, 3)
+    produce(ksrc.bootstrap, topic, n, 3)
+    driver = make_driver(spark, tmp_path, pair_pipeline(
+        f"{topic}-flow", {"connector.class": "kafka", "bootstrap.servers": ksrc.bootstrap, "topics": topic,
+                          "start.position": "earliest", "cluster.alias": "K"},
+        {"connector.class": "rocketmq", "namesrv.addr": dst.namesrv, "cluster.alias": "R",
+         "auto.create.topics": "true", "topic.illegal.chars": "replace"}, **{"replication.policy": "prefix"}))
+    try:
+        assert run_until(driver, n) >= n
+    finally:
+        driver.close()
+    arrived = consume_all(dst, f"K_{topic}")
+    assert sorted(arrived) == [0, 1, 2]
+    assert _values(arrived) == {f"value-{i}".encode() for i in range(n)}
