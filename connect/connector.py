@@ -12,7 +12,7 @@ asks for task configs again before its next epoch.
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef
 from connect.errors import ConfigIssue
@@ -86,6 +86,13 @@ class Connector:
 class SourceConnector(Connector):
     kind = "source"
 
+    @classmethod
+    def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
+        """The topic names this source's records will carry, when ``config`` alone says (a
+        ``topics`` list), so a sink can check its target names before anything runs; None when
+        they are only found while running (a regex)."""
+        return None
+
     def source_topics(self) -> Mapping[str, int] | None:
         """Topics this connector reads, with their partition (or queue) counts, when known.
 
@@ -112,6 +119,13 @@ class SourceConnector(Connector):
 
 class SinkConnector(Connector):
     kind = "sink"
+
+    @classmethod
+    def target_issues(cls, config: Mapping[str, Any], source_topics: Sequence[str]) -> list[ConfigIssue]:
+        """Issues with the targets records of ``source_topics`` (named as this sink receives
+        them) would get under ``config``: names the target broker refuses, several sources in one
+        target. Checked by the pipeline's validation once both sides are valid alone."""
+        return []
 
     def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
         """Make sure targets for these source topics exist (partition counts as given)."""

@@ -29,6 +29,7 @@ import orjson
 
 from connect.connector import ConnectorContext
 from connect.errors import ConnectError
+from connect.tasks.origin import OriginChain
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from worker.control import ControlServer
 from worker.lag import CommittedLag
@@ -114,7 +115,7 @@ class PipelineRuntime:
         max_tasks = self.settings.tasks_max
         topics = self.source_connector.source_topics()
         if topics:
-            self.sink_connector.prepare_topics(topics)
+            self.sink_connector.prepare_topics(self._received_names(topics))
         self._prepare_offset_syncs_topic()
         source_cfgs = self.source_connector.task_configs(max_tasks)[:max_tasks]
         sink_cfgs = self.sink_connector.task_configs(max(len(source_cfgs), 1)) or [_own_keys(self.pipeline.sink_config)]
@@ -127,6 +128,19 @@ class PipelineRuntime:
         self.generation = digest.hexdigest()[:16]
         waiting = self.waiting()
         log.info("connector %s: %d task pair(s)%s", self.name, len(self.tasks), f": {waiting}" if waiting else "")
+
+    def _received_names(self, topics: dict[str, int]) -> dict[str, int]:
+        """The source topics as the sink receives their records: a replication flow renames them
+        (local names, the prefix policy) and drops those named after the target."""
+        origin = OriginChain.for_policy(self.settings.runner)
+        if origin is None:
+            return topics
+        out: dict[str, int] = {}
+        for topic, count in topics.items():
+            name = origin.target_topic(topic)
+            if name is not None:
+                out[name] = max(out.get(name, 0), count)
+        return out
 
     def waiting(self) -> str | None:
         """While the connector runs no task pair: why, in words (its source's ``waiting_for``)."""

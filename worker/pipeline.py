@@ -41,6 +41,7 @@ from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
 from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
 from connect.secrets import MASK, Redactor, is_secret_name
+from connect.tasks.origin import OriginChain
 from worker.settings import FrameworkSettings
 
 __all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file",
@@ -265,10 +266,37 @@ def parse_pipeline(document: Any, *, source: str | None = None,
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     settings = FrameworkSettings.from_config(values, aliases)
+    issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings)
+    if issues:
+        raise ConfigError(_scrub(issues, flat, classes), source=source)
     return PipelineConfig(
         name=name, settings=settings, source_class=source_cls, source_config=source_cfg,
         sink_class=sink_cls, sink_config=sink_cfg, dlq_overrides=dlq, raw=flat,
     )
+
+
+def _target_name_issues(source_cls: type[SourceConnector], source_cfg: Mapping[str, str],
+                        sink_cls: type[SinkConnector], sink_cfg: Mapping[str, str], dlq: Mapping[str, str],
+                        settings: FrameworkSettings) -> list[ConfigIssue]:
+    """Target names the sink's broker refuses, wherever they are known before anything runs, so
+    ``validate`` and ``run`` refuse them alike: the topics the source names, as the sink receives
+    them (a replication flow renames them first), and the dead-letter and offset-syncs topics
+    (written with the sink's connector)."""
+    sink_own = {k: v for k, v in sink_cfg.items() if k not in SIDE_CONFIG}
+    issues: list[ConfigIssue] = []
+    named = source_cls.named_topics({k: v for k, v in source_cfg.items() if k not in SIDE_CONFIG})
+    if named:
+        origin = OriginChain.for_policy(settings.runner)
+        received = [t for t in (origin.target_topic(n) if origin else n for n in named) if t is not None]
+        issues.extend(i._replace(key=f"sink.{i.key}") for i in sink_cls.target_issues(sink_own, received))
+    for key, topic, overrides, what in (
+            ("errors.deadletterqueue.topic.name", settings.dlq_topic, dlq, "every dead-lettered record"),
+            ("offset.syncs.topic", settings.runner.offset_syncs_topic, {}, "every offset sync")):
+        if topic:
+            fixed = {**sink_own, **overrides, "topic": topic, "topic.template": "{topic}"}
+            issues.extend(ConfigIssue(key, None, i.message.replace("every source topic maps", f"{what} goes", 1))
+                          for i in sink_cls.validate(fixed) if i.key == "topic")
+    return issues
 
 
 def _replication_aliases(source_cfg: Mapping[str, str], sink_cfg: Mapping[str, str], values: Mapping[str, Any],

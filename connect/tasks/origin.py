@@ -66,7 +66,18 @@ class OriginChain:
         self.separator = separator
         self._names: dict[str, str | None] = {}  # source topic -> target topic (None: a cycle by name)
 
-    def _target_topic(self, topic: str) -> str | None:
+    @classmethod
+    def for_policy(cls, policy) -> OriginChain | None:
+        """The chain a pair with ``policy`` (a :class:`~connect.tasks.policy.RunnerPolicy`) applies;
+        None when it is no replication flow (its topics keep their names)."""
+        if not (policy.source_alias and policy.target_alias):
+            return None
+        return cls(policy.source_alias, policy.target_alias, prop=policy.origin_property, max_hops=policy.max_hops,
+                   policy=policy.topic_policy, separator=policy.policy_separator)
+
+    def target_topic(self, topic: str) -> str | None:
+        """The name the sink receives records of ``topic`` under; None when none are written (a
+        topic whose name says it came from the target)."""
         name = self._names.get(topic, "")
         if name != "":
             return name
@@ -92,7 +103,7 @@ class OriginChain:
             if target in chain or (max_hops and len(chain) >= max_hops):
                 dropped += 1
                 continue
-            topic = self._target_topic(r.topic)
+            topic = self.target_topic(r.topic)
             if topic is None:
                 dropped += 1
                 continue

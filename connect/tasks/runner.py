@@ -159,10 +159,7 @@ class TaskPairRunner:
         self._returned_offsets: dict | None = None
         self._async = type(sink).checkpoint is not SinkTask.checkpoint
         self._checkpoint_every = max(policy.max_in_flight_records // 4, 1)
-        self._origin = (OriginChain(policy.source_alias, policy.target_alias, prop=policy.origin_property,
-                                    max_hops=policy.max_hops, policy=policy.topic_policy,
-                                    separator=policy.policy_separator)
-                        if policy.source_alias and policy.target_alias else None)
+        self._origin = OriginChain.for_policy(policy)
         # -- carried across epochs --
         self._polled: dict[int, ConnectRecord] = {}  # id(source_partition) -> last record polled, this generation
         self._put = 0  # records put in this generation

@@ -84,6 +84,10 @@ class KafkaSourceConnector(PartitionedSourceConnector):
     def task_class(cls) -> type:
         return KafkaSourceTask
 
+    @classmethod
+    def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
+        return None if CONFIG.validate(config) else CONFIG.parse(config)["topics"] or None
+
     def start(self, config: Mapping[str, Any]) -> None:
         super().start(config)
         self._cfg = CONFIG.parse(config)

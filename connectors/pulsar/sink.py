@@ -1,7 +1,10 @@
 """Pulsar sink: batching producers per target topic, every send result tied to its own record.
 
 - Target topic: ``topic`` (fixed) or ``topic.template`` (default ``{topic}``: the same name);
-  short names are completed as ``persistent://public/default/<name>``.
+  short names are completed as ``persistent://public/default/<name>``. A name Pulsar refuses or
+  misreads (:mod:`connectors.pulsar.names`) is caught by ``validate`` where it is known, else its
+  records fail with that reason (:mod:`connect.sink.naming`); ``topic.illegal.chars=replace``
+  replaces the refused characters (a ``/`` in the local name...), and the renamed topics are logged.
 - Routing (``routing.mode``): ``partition`` (default) writes a record to the partition with its
   source partition index when the target topic has it (per-partition order kept as it was), else
   by key; ``key`` leaves it to Pulsar's key hashing (round robin for records without a key);
@@ -37,17 +40,19 @@ from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, ValueSchema
 from connect.sink import QueuedOutcomes, SinkTask
-from connect.sink.routing import ROUTING_CONFIG, TopicRouter
+from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
+from connect.sink.routing import ROUTING_CONFIG
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import message_fields
+from connectors.pulsar.names import PULSAR_NAMES
 from connectors.pulsar.schemas import SchemaIncompatibleError, producer_schema
-from connectors.pulsar.source import full_topic_name, partition_topic, split_partition
+from connectors.pulsar.source import partition_topic, split_partition
 
 __all__ = ["PulsarSinkConnector", "PulsarSinkTask", "DeliveryError"]
 
 log = logging.getLogger(__name__)
 
-CONFIG = ROUTING_CONFIG.merge(CLIENT_CONFIG).merge(
+CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
     ConfigDef()
     .define("routing.mode", Type.STRING, "partition",
             "partition (source partition index when the target has it, else key), key, or single.",
@@ -92,7 +97,7 @@ class PulsarSinkConnector(SinkConnector):
 
     @classmethod
     def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        issues = super().validate(config) + client_issues(config)
+        issues = super().validate(config) + client_issues(config) + naming_issues(config, PULSAR_NAMES)
         if str(config.get("chunking.enabled", "false")).lower() == "true" and \
                 str(config.get("batching.enabled", "true")).lower() != "false":
             issues.append(ConfigIssue("chunking.enabled", "true", "needs batching.enabled=false (Pulsar does not "
@@ -110,8 +115,18 @@ class PulsarSinkConnector(SinkConnector):
         return issues
 
     @classmethod
+    def target_issues(cls, config: Mapping[str, Any], source_topics: Sequence[str]) -> list[ConfigIssue]:
+        return naming_issues(config, PULSAR_NAMES, source_topics)
+
+    @classmethod
     def task_class(cls) -> type:
         return PulsarSinkTask
+
+    def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
+        # Pulsar creates targets on first use: only the renamed and refused names are told here.
+        if getattr(self, "_names", None) is None:  # kept: each rename is announced once
+            self._names = TargetNames(CONFIG.parse(self.config), PULSAR_NAMES)
+        self._names.announce(source_topics, log, f"connector {self.context.name}" if self.context else "pulsar sink")
 
 
 class PulsarSinkTask(QueuedOutcomes, SinkTask):
@@ -121,7 +136,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         self._pulsar = pulsar
         cfg = CONFIG.parse(config)
         self._cfg = cfg
-        self._route = TopicRouter(cfg)
+        self._route = TargetNames(cfg, PULSAR_NAMES)
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
         self._ok, self._permanent = _results()
@@ -141,7 +156,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
     def _target(self, source_topic: str) -> tuple[str, int]:
         target = self._targets.get(source_topic)
         if target is None:
-            name = full_topic_name(self._route(source_topic))
+            name = self._route(source_topic)  # completed: persistent://tenant/ns/topic
             try:
                 names = self._client.get_topic_partitions(name)
             except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
@@ -210,6 +225,9 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                 except RetriableError as exc:  # target unreachable: this record and the rest wait, in order
                     self._report_transient(records[i:], exc)
                     break
+                except IllegalTopicName as exc:  # no Pulsar will take it: permanent, with the fix in the message
+                    self.context.errant_record_reporter.report(r, exc)
+                    continue
                 key, properties, ordering = message_fields(r.key, r.headers)
                 value = r.value
                 if value is not None and value.__class__ is not bytes:

@@ -216,6 +216,12 @@ class PulsarSourceConnector(PartitionedSourceConnector):
     def task_class(cls) -> type:
         return PulsarSourceTask
 
+    @classmethod
+    def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
+        if CONFIG.validate(config):
+            return None
+        return [full_topic_name(t) for t in CONFIG.parse(config)["topics"]] or None  # records carry full names
+
     def _topics(self) -> list[str]:
         if self._cfg["topics"]:
             return [full_topic_name(t) for t in self._cfg["topics"]]

@@ -112,6 +112,10 @@ class CheckpointSourceConnector(SourceConnector):
     def task_class(cls) -> type:
         return CheckpointSourceTask
 
+    @classmethod
+    def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
+        return None if CONFIG.validate(config) else [CONFIG.parse(config)["checkpoints.topic"]]
+
     def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
         return [dict(self.config)]
 

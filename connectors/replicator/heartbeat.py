@@ -147,6 +147,10 @@ class HeartbeatSourceConnector(SourceConnector):
     def task_class(cls) -> type:
         return HeartbeatSourceTask
 
+    @classmethod
+    def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
+        return None if SOURCE_CONFIG.validate(config) else [SOURCE_CONFIG.parse(config)["topic"]]
+
     def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
         return [dict(self.config)]  # one emitter per cluster
 

@@ -75,12 +75,13 @@ from connect.connector import SinkConnector, SourceConnector
 from connect.errors import ConfigError, ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTask
-from connect.sink.routing import check_template, render_template
+from connect.sink.routing import check_template
 from connect.source import SourceTask
 from connectors.replicator.mapping import target_units
 from connectors.replicator.metadata import RESOURCES, MetadataChangeEvent, Stamp, diff_events, newer
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.rocketmq.groups import is_system_group
+from connectors.rocketmq.names import GROUP_MAX_LENGTH, legal_name, local_topic_name
 from connectors.rocketmq.system import is_system_topic, reserved_names
 
 __all__ = ["RocketMQMetadataSourceConnector", "RocketMQMetadataSourceTask", "RocketMQMetadataSinkConnector",
@@ -91,9 +92,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_EVENT_TOPIC = "rmq_sys_replicator_metadata"  # RocketMQ topic names cannot hold dots
 PERM_READ, PERM_WRITE = 4, 2
-
-_ILLEGAL = re.compile(r"[^%|a-zA-Z0-9_-]")  # TopicValidator's legal characters, negated
-TOPIC_MAX_LENGTH, GROUP_MAX_LENGTH = 127, 255
 
 # SubscriptionGroupConfig's fields and defaults (4.9.x), and the types the sink checks.
 GROUP_DEFAULTS = {"consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
@@ -114,25 +112,6 @@ def topic_data(configs: Sequence[Any]) -> dict[str, Any]:
 def group_data(config: Mapping[str, Any]) -> dict[str, Any]:
     """A ``SubscriptionGroups`` event's data from the broker's ``SubscriptionGroupConfig`` JSON."""
     return {"broker": "rocketmq", **{k: v for k, v in config.items() if k != "groupName"}}
-
-
-def _legal(name: str, what: str, longest: int) -> tuple[str, bool]:
-    fixed = _ILLEGAL.sub("_", name)
-    if not fixed:
-        raise ValueError(f"{what} name {name!r} is empty")
-    if len(fixed) > longest:
-        raise ValueError(f"{what} name {fixed!r} is longer than RocketMQ's {longest} characters")
-    return fixed, fixed != name
-
-
-def local_topic_name(name: str, template: str = "{topic}") -> tuple[str, bool]:
-    """(RocketMQ topic name for ``name`` as another cluster's event names it, whether characters
-    were replaced): ``persistent://t/ns/x`` -> ``x``, ``template`` applied, characters outside
-    ``[%|a-zA-Z0-9_-]`` -> ``_``. ValueError when nothing legal remains or it is too long."""
-    base = name.rsplit("/", 1)[-1] if "://" in name else name
-    if not base:
-        raise ValueError(f"topic name {name!r} has no local part")
-    return _legal(render_template(template, base), "topic", TOPIC_MAX_LENGTH)
 
 
 def _int(data: Mapping[str, Any], key: str, default: int | None = None, low: int = 0) -> int:
@@ -431,7 +410,7 @@ class RocketMQMetadataSinkTask(SinkTask):
             if event.resource == "Topics":
                 name, changed = local_topic_name(event.resource_name, self._template)
             else:
-                name, changed = _legal(event.resource_name, "group", GROUP_MAX_LENGTH)
+                name, changed = legal_name(event.resource_name, "group", GROUP_MAX_LENGTH)
         except ValueError as exc:
             raise _Bad(f"$.resourceName: {exc}") from None
         if changed and event.key not in self._renamed:

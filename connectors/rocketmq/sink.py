@@ -1,7 +1,11 @@
 """RocketMQ sink: batched, pipelined sends with this project's client, every result tied to its
 records.
 
-- Target topic: ``topic`` (fixed) or ``topic.template`` (default ``{topic}``). With
+- Target topic: ``topic`` (fixed) or ``topic.template`` (default ``{topic}``). A name RocketMQ
+  refuses (:mod:`connectors.rocketmq.names`: Kafka's ``orders.created``) is caught by ``validate``
+  where it is known, else its records fail with that reason (:mod:`connect.sink.naming`); with
+  ``topic.illegal.chars=replace`` each refused character becomes ``_``, as the metadata connectors
+  map names, and the renamed topics are logged when the connector prepares them. With
   ``auto.create.topics`` the connector creates missing targets with the source's queue (or
   partition) count before the first epoch, on the broker that serves ``TBW102``, and grows a
   target whose source gained queues (spread over the target's brokers, never shrinking).
@@ -37,9 +41,11 @@ from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, QueuedOutcomes, SinkTask
-from connect.sink.routing import ROUTING_CONFIG, TopicRouter
+from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
+from connect.sink.routing import ROUTING_CONFIG
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
+from connectors.rocketmq.names import ROCKETMQ_NAMES
 
 __all__ = ["RocketMQSinkConnector", "RocketMQSinkTask", "DeliveryError"]
 
@@ -47,7 +53,7 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
-CONFIG = ROUTING_CONFIG.merge(CLIENT_CONFIG).merge(
+CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
     ConfigDef()
     .define("queue.selection", Type.STRING, "source", "source (the source queue/partition id), key or round_robin.",
             validator=one_of("source", "key", "round_robin"))
@@ -73,7 +79,11 @@ class RocketMQSinkConnector(SinkConnector):
 
     @classmethod
     def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        return super().validate(config) + client_issues(config)
+        return super().validate(config) + client_issues(config) + naming_issues(config, ROCKETMQ_NAMES)
+
+    @classmethod
+    def target_issues(cls, config: Mapping[str, Any], source_topics: Sequence[str]) -> list[ConfigIssue]:
+        return naming_issues(config, ROCKETMQ_NAMES, source_topics)
 
     @classmethod
     def task_class(cls) -> type:
@@ -81,17 +91,22 @@ class RocketMQSinkConnector(SinkConnector):
 
     def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
         cfg = CONFIG.parse(self.config)
+        if getattr(self, "_names", None) is None:  # kept: each rename is announced once
+            self._names = TargetNames(cfg, ROCKETMQ_NAMES)
+        self._names.announce(source_topics, log, f"connector {self.context.name}" if self.context else "rocketmq sink")
         if not cfg["auto.create.topics"]:
             return
         from connectors.rocketmq.client import TopicNotFoundError
 
-        route = TopicRouter(cfg)
+        targets, _refused, _ = self._names.plan(source_topics)  # refused ones were just logged
+        wanted: dict[str, int] = {}
+        for topic, target in targets.items():  # several sources in one target: the most queues
+            wanted[target] = max(wanted.get(target, 0), source_topics[topic])
         settings = client_settings(cfg)
         client = CLIENTS.acquire(settings)
         try:
             broker = None
-            for topic, queues in source_topics.items():
-                target = route(topic)
+            for target, queues in wanted.items():
                 try:
                     _grow(client, target, client.topic_route(target), queues)
                     continue
@@ -152,7 +167,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
         self._cfg = cfg
-        self._route = TopicRouter(cfg)
+        self._route = TargetNames(cfg, ROCKETMQ_NAMES)
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
         self._targets: dict[str, _Target] = {}
@@ -206,6 +221,9 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 self._send_all(batches, order)
                 self._report_transient(records[i:], exc)
                 return
+            except IllegalTopicName as exc:  # no RocketMQ will take it: permanent, with the fix in the message
+                report(r, exc)
+                continue
             value = r.value
             if value is not None and value.__class__ is not bytes:
                 try:

@@ -46,6 +46,7 @@ from connect.source import SourceTask
 from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.rocketmq.mapping import record_fields
+from connectors.rocketmq.names import topic_problem
 from connectors.rocketmq.system import regex_selects, reserved_names
 
 __all__ = ["RocketMQSourceConnector", "RocketMQSourceTask", "parse_topics"]
@@ -84,8 +85,9 @@ def parse_topics(text: str) -> dict[str, str]:
             continue
         topic, _, tags = entry.partition(",")
         topic = topic.strip()
-        if not topic or not re.fullmatch(r"[%|a-zA-Z0-9_-]{1,127}", topic):
-            raise ValueError(f"entry {n} ({entry.strip()!r}): {topic!r} is not a RocketMQ topic name")
+        problem = topic_problem(topic, sending=False)
+        if problem:
+            raise ValueError(f"entry {n} ({entry.strip()!r}): {topic!r} is not a RocketMQ topic name: {problem}")
         out[topic] = tags.strip() or "*"
     return out
 
@@ -118,6 +120,13 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
     @classmethod
     def task_class(cls) -> type:
         return RocketMQSourceTask
+
+    @classmethod
+    def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
+        try:
+            return list(parse_topics(str(config.get("topics") or ""))) or None
+        except ValueError:
+            return None  # validate says why
 
     def _topics(self) -> list[str]:
         if self._cfg["topics"]:

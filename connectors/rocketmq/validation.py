@@ -12,15 +12,14 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from connectors.rocketmq.names import GROUP_MAX_LENGTH, LEGAL_CHARACTERS, TOPIC_MAX_LENGTH
 from connectors.rocketmq.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["Refused", "field", "check_topic_name", "check_group_name", "check_expression", "shown",
            "TOPIC_MAX_LENGTH", "GROUP_MAX_LENGTH", "EXPRESSION_MAX_LENGTH"]
 
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator's VALID_CHAR_BIT_MAP
-TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH
+_NAME = re.compile(f"{LEGAL_CHARACTERS}+")  # TopicValidator's VALID_CHAR_BIT_MAP (connectors.rocketmq.names)
 INTERNAL_TOPIC_MAX_LENGTH = 255
-GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 EXPRESSION_MAX_LENGTH = 64 * 1024  # ours: a tag expression is hashed tag by tag at every pull that uses it
 _JAVA_LONG = 1 << 63
 
