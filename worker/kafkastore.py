@@ -430,7 +430,7 @@ class KafkaStores:
                     raise self._fence(writer, err) from None
                 log.warning("store topic %s: the producer failed for good (%s); %s", topic, err.str(),
                             "writing again with a new one" if attempt == 0 else "a new one is made at the next write")
-                self._drop_producer(writer)
+                self._drop_producer(writer, broken=True)
         raise ConnectError(f"store topic {topic!r} partition {partition} did not take a write of {len(records)} "
                            f"record(s): the producer failed for good twice ({err.str()})")
 
@@ -521,9 +521,12 @@ class KafkaStores:
             log.error("%s", self._fenced)
         return StoreFencedError(self._fenced)
 
-    def _drop_producer(self, writer: _TopicWriter) -> None:
+    def _drop_producer(self, writer: _TopicWriter, *, broken: bool) -> None:
+        """Let go of the writer's producer. A broken one (in a fatal state, or with a transaction
+        still open) is not closed, only released: its close would abort the transaction first,
+        which fails or waits without a bound, and warn."""
         producer, writer.producer, writer.unresolved = writer.producer, None, None
-        if producer is not None:
+        if producer is not None and not broken:
             _close_producer(producer)
 
     def close(self) -> None:
@@ -537,7 +540,7 @@ class KafkaStores:
                 continue
             try:
                 self._end_for_close(writer)
-                self._drop_producer(writer)
+                self._drop_producer(writer, broken=writer.unresolved is not None or self._fenced is not None)
             finally:
                 writer.lock.release()
 
