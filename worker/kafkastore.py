@@ -54,12 +54,14 @@ Every topic is written by a transactional producer whose ``transactional.id`` is
 ``connect-bridge-store-`` covers all three). One id per topic rather than one per set of topics:
 two workers that share only one topic (say both kept the default offset topic) must not both write
 it either. Opening the store calls ``init_transactions`` for the three ids, which fences any earlier
-producer with the same id: the last worker to open a set of topics owns them. The earlier one's
-next write fails with :class:`StoreFencedError` naming the topics, and so does every write after it
-on any of its topics; it never makes a new producer for them, since that would fence the newer
-worker in turn. The worker stops its connectors when it meets this error. A transaction that
-outlives ``transaction.timeout.ms`` at the broker (a write left unresolved by a partition longer
-than that) is fenced the same way: Kafka cannot tell the two apart to the client.
+producer with the same id and aborts the transaction it left open: the last worker to open a set of
+topics owns them. The earlier one's next write fails with :class:`StoreFencedError` naming the
+topics, and so does every write after it on any of its topics (``fenced`` says why); it never makes
+a new producer for them, since that would fence the newer worker in turn. The herder then stops its
+connectors. (On tansu, a write caught between its produce and its commit by the takeover never
+learns why: tansu answers the fenced commit by closing the connection, so that write and every later
+one to that topic raise ``RetriableError`` instead. None of them is committed: the takeover aborted
+the first, which tansu nevertheless shows to readers, see below, and the others never begin.)
 
 Reads and writes
 ----------------
@@ -72,17 +74,28 @@ all. A transactional producer runs one transaction at a time, so the writes to o
 :class:`~connect.errors.RetriableError` (a transient broker error) or
 :class:`~connect.errors.ConnectError` naming the topic.
 
-A write that raised is aborted, or, when its commit timed out, committed or aborted by the next
-write to that topic before that one begins. Either way it lands whole or not at all for readers
-that skip aborted transactions, as the store's own reader does (``isolation.level=read_committed``)
-on a Kafka broker. tansu does not (its fetch responses list no aborted transactions), so on tansu
-an aborted write may still be read back, whole, by a restarted store. This is safe for
-at-least-once delivery either way, since every offset ever committed is one whose records were
-acknowledged by the target. Keys a failed write may have left behind are remembered, so a later
+What a write that raised leaves in the topic: if it failed, it was aborted. If it timed out (the
+broker away for ``timeout_s``), its commit goes on in the background, as librdkafka allows no
+abort then; when the broker is back it is committed, whole, and the next write to that topic waits
+for that outcome before it begins (until then it raises too), so a later write never lands before an
+earlier one. Either way, readers that skip aborted transactions, as the store's own reader does
+(``isolation.level=read_committed``), see all of such a write or none of it; tansu lists no
+aborted transactions in its fetch responses, so there an aborted write can be read back, whole.
+This store's memory never shows a write that raised, though a restarted store may. All of that is
+safe for at-least-once delivery, since every offset ever committed is one whose records were
+acknowledged by the target; keys a failed write may have left behind are remembered, so a later
 ``reset`` or ``delete`` tombstones them too.
 
-A producer in a fatal state for any other reason (not fenced) is replaced by a new one and the
-write made once more; the old one no longer runs any transaction, so nothing is lost by fencing it.
+Records never time out before their transaction does (``message.timeout.ms`` =
+``transaction.timeout.ms``, 5 minutes unless ``client_config`` sets the latter). A broker away for
+longer, with a write in flight, ends this store's writes to that topic: a Kafka broker aborts the
+transaction and fences its producer, which reads as :class:`StoreFencedError` (librdkafka reports
+both alike); on tansu the abort needs an epoch bump (KIP-360) that tansu refuses, so the writes
+raise ``RetriableError``. A worker restart recovers either. The producer replacement the idempotent
+producer needed on tansu (it fenced a producer that bumped its epoch after a timed-out batch) is
+thus not needed any more. A producer in a fatal state for another reason is still replaced and the
+write made once more: its start fences only the broken producer, since one fenced by another worker
+fails as fenced, not otherwise.
 
 Writes of one connector (its offsets, its statuses) are serialised by a lock of that connector,
 config writes by one lock: several connector threads share the store.
@@ -196,7 +209,9 @@ class _TopicWriter:
 class KafkaStores:
     """Connector configs, offsets and statuses on three compacted Kafka topics (see the module
     docstring for the layout). ``client_config`` (``security.protocol``, ``sasl.*``...) applies to
-    the producer, the consumer and the admin client; ``timeout_s`` bounds each broker operation."""
+    the producers, the consumer and the admin client, except ``transactional.id`` (the prefix of
+    the producers' ids) and ``transaction.timeout.ms`` (producers only); ``timeout_s`` bounds each
+    broker operation. Opening the store takes its topics over from any earlier worker."""
 
     def __init__(self, bootstrap_servers: str, *, config_topic: str = "connect-configs",
                  offset_topic: str = "connect-offsets", status_topic: str = "connect-status",
@@ -223,7 +238,11 @@ class KafkaStores:
         # out instead would need an epoch bump (KIP-360) to abort their transaction, which tansu
         # refuses (it answers InitProducerId with an unknown error, for ever), and a transaction
         # older than the timeout is aborted by the broker, which then fences this producer.
-        txn_timeout_ms = int(base.pop("transaction.timeout.ms", _TXN_TIMEOUT_MS))
+        try:
+            txn_timeout_ms = int(base.pop("transaction.timeout.ms", _TXN_TIMEOUT_MS))
+        except (TypeError, ValueError):
+            raise ConnectError("transaction.timeout.ms of the store's client config must be a number of "
+                               "milliseconds") from None
         self._producer_settings = {"acks": "all", "linger.ms": 2, "transaction.timeout.ms": txn_timeout_ms,
                                    "message.timeout.ms": txn_timeout_ms}  # librdkafka: at most the transaction's
         try:
