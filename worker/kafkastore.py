@@ -65,7 +65,7 @@ the first, which tansu nevertheless shows to readers, see below, and the others 
 
 Reads and writes
 ----------------
-This worker is the only writer of its topics: reads (``load``, ``connectors``, ``statuses``) are
+This worker is the only writer of its topics (see above): reads (``load``, ``connectors``, ``statuses``) are
 served from memory, and there is no background consumer. A write is one transaction (begin,
 produce with ``acks=all``, commit) and returns once it is committed; the in-memory state is updated
 after that, so a write is visible to readers of this store all at once, or (when it raises) not at
