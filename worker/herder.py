@@ -521,6 +521,11 @@ class Herder:
     def _loop(self, c: _Connector) -> None:
         try:
             while not self._stopping.is_set() and not c.removed:
+                fenced = getattr(self.stores, "fenced", None)  # KafkaStores: another worker took its topics over
+                if fenced:  # no write can succeed: epochs would copy the same records again and again
+                    log.error("connector %s stops: %s", c.name, fenced)
+                    c.state, c.trace = FAILED, fenced
+                    break
                 c.wake.clear()
                 try:
                     self._step(c)

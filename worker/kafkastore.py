@@ -39,32 +39,63 @@ time- or size-based retention would silently drop connector configs and offsets.
 does not report the setting (tansu reports only the configs a topic was created with) cannot be
 checked; that is logged and accepted, again as Kafka Connect does.
 
-Each topic is then read from the beginning to its end to rebuild the state in memory. The end of
-a partition is its high watermark taken at start, confirmed by the consumer reaching the end of
-the partition (``enable.partition.eof``): tansu under-reports the high watermark in ListOffsets
-(the base offset of the last batch + 1) but not in its fetch responses, so the watermark alone
-would miss the tail of the last batch.
+The store then takes the topics over (see "One writer" below) and only then reads each topic from
+the beginning to its end to rebuild the state in memory: once it holds the topics, no earlier
+worker can add a record behind that read. The end of a partition is its high watermark taken at
+start, confirmed by the consumer reaching the end of the partition (``enable.partition.eof``):
+tansu under-reports the high watermark in ListOffsets (the base offset of the last batch + 1) but
+not in its fetch responses, so the watermark alone would miss the tail of the last batch.
+
+One writer
+----------
+Every topic is written by a transactional producer whose ``transactional.id`` is
+``connect-bridge-store-<topic>`` (the prefix is ``transactional.id`` of ``client_config``,
+``store.kafka.client.transactional.id`` in the worker config; a Kafka ACL on the prefix
+``connect-bridge-store-`` covers all three). One id per topic rather than one per set of topics:
+two workers that share only one topic (say both kept the default offset topic) must not both write
+it either. Opening the store calls ``init_transactions`` for the three ids, which fences any earlier
+producer with the same id and aborts the transaction it left open: the last worker to open a set of
+topics owns them. The earlier one's next write fails with :class:`StoreFencedError` naming the
+topics, and so does every write after it on any of its topics (``fenced`` says why); it never makes
+a new producer for them, since that would fence the newer worker in turn. The herder then stops its
+connectors. (On tansu, a write caught between its produce and its commit by the takeover never
+learns why: tansu answers the fenced commit by closing the connection, so that write and every later
+one to that topic raise ``RetriableError`` instead. None of them is committed: the takeover aborted
+the first, which tansu nevertheless shows to readers, see below, and the others never begin.)
 
 Reads and writes
 ----------------
-This worker is the only writer of its topics: reads (``load``, ``connectors``, ``statuses``) are
-served from memory, and there is no background consumer. A write is produced with ``acks=all``
-and an idempotent producer, and returns only once every record of it is acknowledged; the
-in-memory state is updated after that, so a write is visible to readers of this store all at
-once, or (when it raises) not at all. A failed or timed-out delivery raises
+This worker is the only writer of its topics (see above): reads (``load``, ``connectors``, ``statuses``) are
+served from memory, and there is no background consumer. A write is one transaction (begin,
+produce with ``acks=all``, commit) and returns once it is committed; the in-memory state is updated
+after that, so a write is visible to readers of this store all at once, or (when it raises) not at
+all. A transactional producer runs one transaction at a time, so the writes to one topic take turns
+(the three topics have a producer each). A failed or timed-out write raises
 :class:`~connect.errors.RetriableError` (a transient broker error) or
 :class:`~connect.errors.ConnectError` naming the topic.
 
-Kafka has no multi-key transaction here: a crash (or a failed delivery) in the middle of an offset
-commit may leave part of that commit in the topic, which a restarted worker then reads; and a
-write that timed out may still land once the network heals. That is safe for at-least-once
-delivery, since every offset ever committed is one whose records were acknowledged by the target.
-Keys a failed write may have left behind are remembered, so a later ``reset`` or ``delete``
-tombstones them too.
+What a write that raised leaves in the topic: if it failed, it was aborted. If it timed out (the
+broker away for ``timeout_s``), its commit goes on in the background, as librdkafka allows no
+abort then; when the broker is back it is committed, whole, and the next write to that topic waits
+for that outcome before it begins (until then it raises too), so a later write never lands before an
+earlier one. Either way, readers that skip aborted transactions, as the store's own reader does
+(``isolation.level=read_committed``), see all of such a write or none of it; tansu lists no
+aborted transactions in its fetch responses, so there an aborted write can be read back, whole.
+This store's memory never shows a write that raised, though a restarted store may. All of that is
+safe for at-least-once delivery, since every offset ever committed is one whose records were
+acknowledged by the target; keys a failed write may have left behind are remembered, so a later
+``reset`` or ``delete`` tombstones them too.
 
-A producer the broker rejects for good (fenced, or in a fatal state) is replaced by a new one and
-the write made once more. tansu needs this: it fences an idempotent producer that bumps its epoch,
-which librdkafka does after a batch times out, so without it every later write would fail.
+Records never time out before their transaction does (``message.timeout.ms`` =
+``transaction.timeout.ms``, 5 minutes unless ``client_config`` sets the latter). A broker away for
+longer, with a write in flight, ends this store's writes to that topic: a Kafka broker aborts the
+transaction and fences its producer, which reads as :class:`StoreFencedError` (librdkafka reports
+both alike); on tansu the abort needs an epoch bump (KIP-360) that tansu refuses, so the writes
+raise ``RetriableError``. A worker restart recovers either. The producer replacement the idempotent
+producer needed on tansu (it fenced a producer that bumped its epoch after a timed-out batch) is
+thus not needed any more. A producer in a fatal state for another reason is still replaced and the
+write made once more: its start fences only the broken producer, since one fenced by another worker
+fails as fenced, not otherwise.
 
 Writes of one connector (its offsets, its statuses) are serialised by a lock of that connector,
 config writes by one lock: several connector threads share the store.
@@ -77,6 +108,7 @@ import threading
 import time
 import uuid
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 import orjson
@@ -86,7 +118,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 from connect.errors import ConnectError, RetriableError
 from worker.store import StoredConnector, StoredStatus
 
-__all__ = ["KafkaStores"]
+__all__ = ["KafkaStores", "StoreFencedError"]
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +135,11 @@ _TRANSIENT = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TIME
               KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
               KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NETWORK_EXCEPTION}
 
-# a producer the broker rejects for good: replaced by a new one (new producer id)
-_RENEW = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.UNKNOWN_PRODUCER_ID,
-          KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError._FENCED,
-          KafkaError._FATAL}
+# a newer producer with the same transactional.id exists (librdkafka reports the two broker codes as _FENCED)
+_FENCING = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+_TRANSACTIONAL_ID = "connect-bridge-store"
+_TXN_TIMEOUT_MS = 300_000  # the most a partition may last with a write in flight (see KafkaStores.__init__)
 
 # consumer errors that retrying does not cure
 _UNREADABLE = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
@@ -140,26 +173,6 @@ def _error_class(err: KafkaError | None) -> type[ConnectError]:
     return RetriableError if err.retriable() or err.code() in _TRANSIENT else ConnectError
 
 
-class _Pending:
-    """Delivery reports of one write; callbacks may run on any thread polling the producer."""
-
-    def __init__(self, count: int):
-        self._left = count
-        self._lock = threading.Lock()
-        self.errors: list[KafkaError] = []
-        self.done = threading.Event()
-        if count == 0:
-            self.done.set()
-
-    def report(self, err: KafkaError | None, _msg) -> None:
-        with self._lock:
-            if err is not None:
-                self.errors.append(err)
-            self._left -= 1
-            if self._left <= 0:
-                self.done.set()
-
-
 class _KeyedLocks:
     """One lock per key (a connector name), created on first use."""
 
@@ -172,10 +185,33 @@ class _KeyedLocks:
             return self._locks.setdefault(key, threading.Lock())
 
 
+class StoreFencedError(ConnectError):
+    """Another worker opened the same store topics: this store writes nothing any more, for good."""
+
+
+class _TopicWriter:
+    """The transactional producer of one store topic, and the transaction a failed write left open.
+
+    ``unresolved`` is ``"abort"`` (the transaction failed and its abort did not complete) or
+    ``"commit"`` (its commit timed out and goes on in the background: librdkafka allows no abort
+    then, only another ``commit_transaction`` to learn the outcome); the next write ends it first.
+    """
+
+    __slots__ = ("topic", "transactional_id", "lock", "producer", "unresolved")
+
+    def __init__(self, topic: str, transactional_id: str):
+        self.topic, self.transactional_id = topic, transactional_id
+        self.lock = threading.Lock()  # one transaction at a time per producer
+        self.producer: Producer | None = None
+        self.unresolved: str | None = None
+
+
 class KafkaStores:
     """Connector configs, offsets and statuses on three compacted Kafka topics (see the module
     docstring for the layout). ``client_config`` (``security.protocol``, ``sasl.*``...) applies to
-    the producer, the consumer and the admin client; ``timeout_s`` bounds each broker operation."""
+    the producers, the consumer and the admin client, except ``transactional.id`` (the prefix of
+    the producers' ids) and ``transaction.timeout.ms`` (producers only); ``timeout_s`` bounds each
+    broker operation. Opening the store takes its topics over from any earlier worker."""
 
     def __init__(self, bootstrap_servers: str, *, config_topic: str = "connect-configs",
                  offset_topic: str = "connect-offsets", status_topic: str = "connect-status",
@@ -189,20 +225,39 @@ class KafkaStores:
         self.bootstrap_servers = bootstrap_servers
         self.config_topic, self.offset_topic, self.status_topic = topics
         self.timeout_s = float(timeout_s)
-        self._base = {**dict(client_config or {}), "bootstrap.servers": bootstrap_servers}
+        base = dict(client_config or {})
+        # a producer setting made per topic here; the consumer and the admin client must not get it
+        prefix = str(base.pop("transactional.id", "") or _TRANSACTIONAL_ID)
+        self._base = {**base, "bootstrap.servers": bootstrap_servers}
         self._closed = False
-        self._slot_lock = threading.Lock()
-        self._slot: _ProducerSlot | None = None
+        self._fenced: str | None = None  # the error every write raises once another worker took over
+        self._writers = {topic: _TopicWriter(topic, f"{prefix}-{topic}") for topic in topics}
 
-        message_timeout_ms = max(int(self.timeout_s * 1000), 1000)
-        # made first: the idempotent producer gets its producer id while the topics are read
-        self._producer_settings = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": message_timeout_ms,
-                                   "linger.ms": 2}
-        self._slot = _ProducerSlot(self._client(Producer, "producer", self._producer_settings))
+        # A write gives up after timeout_s, but its records stay queued and its commit goes on (up to
+        # the transaction timeout): after a short partition it completes, whole. Records that time
+        # out instead would need an epoch bump (KIP-360) to abort their transaction, which tansu
+        # refuses (it answers InitProducerId with an unknown error, for ever), and a transaction
+        # older than the timeout is aborted by the broker, which then fences this producer.
+        try:
+            txn_timeout_ms = int(base.pop("transaction.timeout.ms", _TXN_TIMEOUT_MS))
+        except (TypeError, ValueError):
+            raise ConnectError("transaction.timeout.ms of the store's client config must be a number of "
+                               "milliseconds") from None
+        self._producer_settings = {"acks": "all", "linger.ms": 2, "transaction.timeout.ms": txn_timeout_ms,
+                                   "message.timeout.ms": txn_timeout_ms}  # librdkafka: at most the transaction's
         try:
             admin = self._client(AdminClient, "admin", {})
             partitions = self._ensure_topics(admin, {config_topic: 1, offset_topic: offset_partitions, status_topic: 1},
                                              replication_factor)
+            # Take the topics over before reading them (after the checks, so that a worker refused
+            # for a bad topic fences nobody): from here on no earlier worker can write, so the read
+            # below sees its last write, and a transaction it left open has been aborted.
+            with ThreadPoolExecutor(len(self._writers), thread_name_prefix="store-take-over") as pool:
+                made = [(writer, pool.submit(self._new_producer, writer)) for writer in self._writers.values()]
+            for writer, future in made:  # all three kept before any failure is raised, to be closed
+                writer.producer = future.result() if future.exception() is None else None
+            for _, future in made:
+                future.result()
             records = self._read_all(admin, partitions)
         except BaseException:
             self.close()
@@ -219,6 +274,21 @@ class KafkaStores:
             return factory(conf)
         except (KafkaException, ValueError, TypeError) as exc:
             raise ConnectError(f"cannot create the store's Kafka {role} for {self.bootstrap_servers}: {exc}") from exc
+
+    def _new_producer(self, writer: _TopicWriter) -> Producer:
+        """A producer of ``writer``'s transactional id, registered with the broker: this fences every
+        earlier producer of that id (another worker's, or this store's own broken one) and aborts
+        the transaction it left open."""
+        producer = self._client(Producer, "producer", {**self._producer_settings,
+                                                       "transactional.id": writer.transactional_id})
+        try:
+            producer.init_transactions(self.timeout_s)
+        except KafkaException as exc:
+            _close_producer(producer)
+            err = _kafka_error(exc)
+            raise _error_class(err)(f"cannot take over store topic {writer.topic!r} (transactional.id "
+                                    f"{writer.transactional_id!r}): {err.str()}") from exc
+        return producer
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -346,104 +416,170 @@ class KafkaStores:
             consumer.close()
         return out
 
+    @property
+    def fenced(self) -> str | None:
+        """Why this store writes nothing any more (another worker took its topics over), or None.
+        The herder stops its connectors when it is set: their epochs would copy records whose
+        offsets can never be committed."""
+        return self._fenced
+
     # -- writes ------------------------------------------------------------------------------
 
     def _write(self, topic: str, partition: int, records: list[Record]) -> None:
-        """Produce ``records`` in order and wait until every one is acknowledged, or raise.
+        """Write ``records`` in order in one transaction and return once it is committed, or raise.
 
-        A producer the broker stopped taking records from (fenced: tansu fences an idempotent
-        producer after it bumps its epoch for a timed-out batch; or in a fatal state) is replaced
-        and the write made once more with the new one: rejected records were not stored, and
-        stored ones are written again with the same values, which changes nothing.
+        The topic's writes take turns: its producer runs one transaction at a time. A producer in
+        a fatal state (not fenced) is replaced and the write made once more; nothing of the failed
+        transaction was committed, and the replacement's start aborts it at the broker.
         """
-        for attempt in range(2):
-            slot = self._acquire(topic)
-            try:
-                err, failed = self._send(slot.producer, topic, partition, records)
-                renew = err is not None and attempt == 0 and (err.fatal() or err.code() in _RENEW)
-                if renew:
-                    log.warning("store topic %s rejected the producer (%s): writing again with a new producer",
-                                topic, err.str())
-                    self._renew(slot)
-            finally:
-                self._release(slot)
-            if err is None:
-                return
-            if not renew:
-                break
-        raise _error_class(err)(f"store topic {topic!r} partition {partition} did not take {failed} of {len(records)} "
-                                f"record(s): {err.str()}")
-
-    def _send(self, producer: Producer, topic: str, partition: int, records: list[Record]) -> tuple[KafkaError | None, int]:
-        """The first error and the number of records not acknowledged; raises when time runs out."""
-        pending = _Pending(len(records))
-        deadline = time.monotonic() + self.timeout_s + 5  # the producer's message timeout comes first
-        for index, (key, value) in enumerate(records):
-            while True:
+        writer = self._writers[topic]
+        deadline = time.monotonic() + self.timeout_s
+        with writer.lock:
+            for attempt in range(2):
+                self._check_writable(topic)
                 try:
-                    producer.produce(topic, value=value, key=key, partition=partition, on_delivery=pending.report)
-                    break
-                except BufferError:
-                    if time.monotonic() > deadline:
-                        raise RetriableError(f"store topic {topic!r}: the producer queue stayed full") from None
-                    producer.poll(0.05)
-                except KafkaException as exc:  # e.g. the producer is in a fatal state
-                    return _kafka_error(exc), len(records) - index
-        while not pending.done.is_set():
-            if time.monotonic() > deadline:
-                raise RetriableError(f"store topic {topic!r} did not acknowledge {len(records)} record(s) within "
-                                     f"{self.timeout_s}s")
-            producer.poll(0.02)  # serves this write's delivery reports (or another thread's)
-        return (pending.errors[0], len(pending.errors)) if pending.errors else (None, 0)
+                    if writer.producer is None:
+                        writer.producer = self._new_producer(writer)
+                    self._settle(writer, deadline)
+                    self._transact(writer, partition, records, deadline)
+                    return
+                except KafkaException as exc:  # fatal: the producer can do nothing more
+                    err = _kafka_error(exc)
+                if err.code() in _FENCING:
+                    raise self._fence(writer, err) from None
+                log.warning("store topic %s: the producer failed for good (%s); %s", topic, err.str(),
+                            "writing again with a new one" if attempt == 0 else "a new one is made at the next write")
+                self._drop_producer(writer, broken=True)
+        raise ConnectError(f"store topic {topic!r} partition {partition} did not take a write of {len(records)} "
+                           f"record(s): the producer failed for good twice ({err.str()})")
 
-    def _acquire(self, topic: str) -> _ProducerSlot:
-        with self._slot_lock:
-            if self._closed or self._slot is None:
-                raise ConnectError(f"cannot write to store topic {topic!r}: the stores are closed")
-            self._slot.users += 1
-            return self._slot
+    def _transact(self, writer: _TopicWriter, partition: int, records: list[Record], deadline: float) -> None:
+        """Begin, produce, commit. A fatal error is raised as the KafkaException; any other one ends
+        the transaction as far as it can and raises a RetriableError or ConnectError."""
+        producer, committing = writer.producer, False
+        producer.begin_transaction()
+        writer.unresolved = "abort"  # from here on, a failure leaves a transaction to end
+        try:
+            for key, value in records:
+                while True:
+                    try:
+                        producer.produce(writer.topic, value=value, key=key, partition=partition)
+                        break
+                    except BufferError:
+                        if time.monotonic() > deadline:
+                            raise KafkaException(KafkaError(KafkaError._TIMED_OUT_QUEUE,
+                                                            "the producer queue stayed full")) from None
+                        producer.poll(0.05)
+            committing = True
+            producer.commit_transaction(_remaining(deadline))
+            writer.unresolved = None
+            return
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err.fatal() or err.code() in _FENCING:
+                raise
+            what = (f"store topic {writer.topic!r} partition {partition}: a write of {len(records)} record(s) "
+                    f"failed ({err.str()})")
+            if committing and not err.txn_requires_abort() and (err.retriable() or err.code() == KafkaError._TIMED_OUT):
+                # librdkafka goes on committing in the background and allows no abort now
+                writer.unresolved = "commit"
+                raise _error_class(err)(f"{what}; its commit may still complete: it is committed or aborted, "
+                                        "whole, before the next write to this topic") from exc
+        self._abort(writer, deadline)
+        raise _error_class(err)(f"{what}; " + ("it was aborted" if writer.unresolved is None else
+                                               "its abort is completed before the next write to this topic"))
 
-    def _release(self, slot: _ProducerSlot) -> None:
-        with self._slot_lock:
-            slot.users -= 1
-            idle = slot.retired and slot.users == 0
-        if idle:
-            _close_producer(slot.producer)
+    def _abort(self, writer: _TopicWriter, deadline: float) -> None:
+        """Abort the open transaction; one that cannot be aborted yet stays ``unresolved``."""
+        try:
+            writer.producer.abort_transaction(_remaining(deadline))
+            writer.unresolved = None
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err.fatal() or err.code() in _FENCING:
+                raise
+            log.debug("store topic %s: the abort is not complete yet: %s", writer.topic, err.str())
 
-    def _renew(self, slot: _ProducerSlot) -> None:
-        """Replace ``slot``'s producer (unless another thread did); the last user closes the old one."""
-        with self._slot_lock:
-            if slot is not self._slot or self._closed:
-                return
-            self._slot = _ProducerSlot(self._client(Producer, "producer", self._producer_settings))
-            slot.retired = True
+    def _settle(self, writer: _TopicWriter, deadline: float) -> None:
+        """End the transaction an earlier failed write left open, before a new one begins."""
+        if writer.unresolved is None:
+            return
+        try:
+            if writer.unresolved == "commit":
+                writer.producer.commit_transaction(_remaining(deadline))
+                log.warning("store topic %s: an earlier write that raised has now been committed", writer.topic)
+            else:
+                writer.producer.abort_transaction(_remaining(deadline))
+            writer.unresolved = None
+            return
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err.fatal() or err.code() in _FENCING:
+                raise
+            if writer.unresolved == "commit" and err.txn_requires_abort():
+                self._abort(writer, deadline)
+                if writer.unresolved is None:
+                    return
+        raise _error_class(err)(f"store topic {writer.topic!r}: the transaction of an earlier failed write is still "
+                                f"open ({err.str()}); nothing more is written to this topic until it ends")
+
+    def _check_writable(self, topic: str) -> None:
+        if self._closed:
+            raise ConnectError(f"cannot write to store topic {topic!r}: the stores are closed")
+        if self._fenced is not None:
+            raise StoreFencedError(self._fenced)
+
+    def _fence(self, writer: _TopicWriter, err: KafkaError) -> StoreFencedError:
+        """Stop writing, for good; the producer is kept, since a new one would fence the newer worker."""
+        if self._fenced is None:
+            topics = ", ".join(self._writers)
+            self._fenced = (f"another worker took over store topics {topics}: it opened them with the same "
+                            f"transactional ids ({', '.join(w.transactional_id for w in self._writers.values())}), "
+                            f"which fenced this worker ({writer.topic}: {err.str()}). This worker must stop; "
+                            "restart it only if no other worker uses these topics")
+            log.error("%s", self._fenced)
+        return StoreFencedError(self._fenced)
+
+    def _drop_producer(self, writer: _TopicWriter, *, broken: bool) -> None:
+        """Let go of the writer's producer. A broken one (in a fatal state, or with a transaction
+        still open) is not closed, only released: its close would abort the transaction first,
+        which fails or waits without a bound, and warn."""
+        producer, writer.producer, writer.unresolved = writer.producer, None, None
+        if producer is not None and not broken:
+            _close_producer(producer)
 
     def close(self) -> None:
-        """Wait for writes still in flight (up to ``timeout_s``) and close the clients; idempotent."""
-        with self._slot_lock:
-            if self._closed:
-                return
-            self._closed = True
-            slot = self._slot
-        if slot is None:
+        """Wait for writes in progress (up to ``timeout_s`` each) and close the clients; idempotent."""
+        if self._closed:
             return
-        left = slot.producer.flush(self.timeout_s)
-        if left:
-            log.warning("%d store record(s) still unacknowledged at close", left)
-        with self._slot_lock:
-            slot.retired = True
-            idle = slot.users == 0
-        if idle:
-            _close_producer(slot.producer)
+        self._closed = True
+        for writer in self._writers.values():
+            if not writer.lock.acquire(timeout=self.timeout_s):
+                log.warning("store topic %s: a write still runs at close; its producer is left to it", writer.topic)
+                continue
+            try:
+                self._end_for_close(writer)
+                self._drop_producer(writer, broken=writer.unresolved is not None or self._fenced is not None)
+            finally:
+                writer.lock.release()
+
+    def _end_for_close(self, writer: _TopicWriter) -> None:
+        """Give a transaction a failed write left open a last chance to end (a short one: the broker
+        may be away). Still open, its records are purged: closing a producer waits for them (and
+        for an abort) without a bound. The next worker to open the topics aborts it."""
+        if writer.unresolved is None or writer.producer is None or self._fenced is not None:
+            return
+        try:
+            self._settle(writer, time.monotonic() + min(self.timeout_s, 5.0))
+            return
+        except (ConnectError, KafkaException) as exc:
+            log.warning("store topic %s: closed with the transaction of a failed write still open (%s); the next "
+                        "worker to open the topics aborts it", writer.topic, exc)
+        writer.producer.purge(in_queue=True, in_flight=True, blocking=False)
 
 
-class _ProducerSlot:
-    """The producer and the writes using it: a replaced producer is closed once none does."""
-
-    __slots__ = ("producer", "users", "retired")
-
-    def __init__(self, producer: Producer):
-        self.producer, self.users, self.retired = producer, 0, False
+def _remaining(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.01)
 
 
 def _close_producer(producer: Producer) -> None:

@@ -3,13 +3,14 @@
 The contract tests run the same checks against :class:`worker.store.SqliteStores` and
 :class:`worker.kafkastore.KafkaStores`; "reopening" is a worker restart (a new store on the same
 data directory / the same topics). The Kafka-only tests check the documented topic layout by
-reading the topics with a plain consumer, the refusal of non-compacted topics, concurrent writers
-and a broker that stops acknowledging.
+reading the topics with a plain consumer, the refusal of non-compacted topics, concurrent writers,
+a broker that stops acknowledging, and the fencing of a store whose topics another one opened.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import zlib
@@ -23,7 +24,7 @@ from netproxy import TcpProxy
 
 from connect.errors import ConnectError, RetriableError
 from worker.embedded import EmbeddedKafka, free_port
-from worker.kafkastore import KafkaStores
+from worker.kafkastore import KafkaStores, StoreFencedError
 from worker.store import SqliteStores, StoredConnector, StoredStatus
 
 OFFSET_PARTITIONS = 3
@@ -374,11 +375,97 @@ def test_client_config_reaches_the_clients(bootstrap, unique):
         stores.close()
 
 
-def test_unacknowledged_writes_raise_change_nothing_here_and_are_undone_by_reset(tmp_path, unique):
+def test_a_store_opened_on_the_same_topics_fences_the_first_one(bootstrap, unique):
+    """Two workers on one set of topics cannot both write: the last one to open them owns them. The
+    first one's next write raises StoreFencedError naming the topics and its transactional ids, and
+    so does every write after it, on every topic; nothing it tried reaches the topics, and closing it
+    does not disturb the new owner."""
+    names = topic_names(unique)
+    first, second = open_kafka(bootstrap, unique), None
+    try:
+        first.configs.put("conn", {"k": "v"})
+        first.offsets.commit("conn", {"p": {"o": 1}})
+        first.statuses.put(StoredStatus("conn", None, "RUNNING", "w1"))
+        assert first.fenced is None
+
+        second = open_kafka(bootstrap, unique)
+        assert second.offsets.load("conn") == {"p": {"o": 1}}  # it read all the first one wrote
+        fenced = (rf"another worker took over store topics {re.escape(', '.join(names.values()))}: .*"
+                  rf"connect-bridge-store-{re.escape(names['offset_topic'])}.*This worker must stop")
+        with pytest.raises(StoreFencedError, match=fenced):
+            first.offsets.commit("conn", {"p": {"o": 99}})
+        for refused in (lambda: first.configs.put_target_state("conn", "PAUSED"),
+                        lambda: first.statuses.put(StoredStatus("conn", None, "FAILED", "w1")),
+                        lambda: first.offsets.commit("conn", {"p": {"o": 100}})):
+            with pytest.raises(StoreFencedError, match=fenced):
+                refused()
+        assert re.search(fenced, first.fenced) and second.fenced is None
+        assert first.offsets.load("conn") == {"p": {"o": 1}}  # nothing refused is shown here either
+        assert first.configs.connectors()["conn"].target_state == "RUNNING"
+
+        second.offsets.commit("conn", {"p": {"o": 2}})
+        second.configs.put_target_state("conn", "STOPPED")
+        first.close()  # a fenced store's close must not end the new owner's transactions
+        second.statuses.put(StoredStatus("conn", None, "STOPPED", "w2"))
+        second.offsets.commit("conn", {"p": {"o": 3}})
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+    # a plain reader: the first store's writes up to the takeover, then only the second one's
+    assert [(key, value) for _, key, value in raw_records(bootstrap, names["offset_topic"], OFFSET_PARTITIONS)] == [
+        (["conn", "p"], {"o": 1}), (["conn", "p"], {"o": 2}), (["conn", "p"], {"o": 3})]
+    assert raw_records(bootstrap, names["config_topic"], 1) == [
+        (0, "connector-conn", {"config": {"k": "v"}}), (0, "target-state-conn", {"state": "RUNNING"}),
+        (0, "target-state-conn", {"state": "STOPPED"})]
+    assert raw_records(bootstrap, names["status_topic"], 1) == [
+        (0, "status-connector-conn", {"state": "RUNNING", "worker_id": "w1", "trace": None}),
+        (0, "status-connector-conn", {"state": "STOPPED", "worker_id": "w2", "trace": None})]
+    restarted = open_kafka(bootstrap, unique)
+    try:
+        assert restarted.offsets.load("conn") == {"p": {"o": 3}}
+        assert restarted.configs.connectors() == {"conn": StoredConnector("conn", {"k": "v"}, "STOPPED")}
+        assert restarted.statuses.statuses("conn") == [StoredStatus("conn", None, "STOPPED", "w2")]
+    finally:
+        restarted.close()
+
+
+def test_a_store_sharing_only_the_offset_topic_fences_the_other_one_too(bootstrap, unique):
+    """Each topic has its own transactional id (its prefix set here as the worker setting
+    ``store.kafka.client.transactional.id`` sets it): two workers that share one topic - say both
+    kept the default offset topic - cannot both write it, and the fenced one stops writing at all."""
+    mine = topic_names(unique)
+    theirs = {**topic_names(f"{unique}-other"), "offset_topic": mine["offset_topic"]}
+    prefix = {"transactional.id": f"tx-{unique}"}
+    first = open_kafka(bootstrap, unique, client_config=prefix)
+    second = None
+    try:
+        first.offsets.commit("conn", {"p": {"o": 1}})
+        second = open_kafka(bootstrap, unique, client_config=prefix, **theirs)
+        fenced = rf"store topics .*{re.escape(mine['offset_topic'])}.*tx-{re.escape(unique)}-{re.escape(mine['offset_topic'])}"
+        with pytest.raises(StoreFencedError, match=fenced):
+            first.offsets.commit("conn", {"p": {"o": 2}})
+        with pytest.raises(StoreFencedError, match=fenced):
+            first.configs.put("conn", {"k": "v"})  # its own config topic: still no write
+        second.offsets.commit("conn", {"p": {"o": 3}})
+        second.configs.put("conn", {"k": "w"})
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    assert [value for _, _, value in raw_records(bootstrap, mine["offset_topic"], OFFSET_PARTITIONS)] == [
+        {"o": 1}, {"o": 3}]
+    assert raw_records(bootstrap, mine["config_topic"], 1) == []
+
+
+def test_unacknowledged_writes_raise_change_nothing_here_and_land_whole_before_the_next_write(tmp_path, unique):
     """A network partition (tests/netproxy.py holds the bytes, as TCP would) makes writes time out:
-    they raise naming the topic and this store's state stays as it was. The held batch still lands
-    once the partition heals, so a restarted worker sees that commit (a write that raised may have
-    been stored); ``reset`` removes its offsets too, though this store never saw them acknowledged."""
+    they raise naming the topic, and this store's state stays as it was. Each write is a transaction
+    whose commit goes on after the call gave up; no later write to that topic begins before it has
+    ended, and once the partition heals it is committed, whole: a plain reader and a restarted store
+    see both writes that raised, complete (this store never saw them succeed, so its memory does not
+    have them). ``reset`` removes their offsets too. A store closed during a partition does not hang."""
     broker_port = free_port()
     proxy = TcpProxy(broker_port)
     broker = EmbeddedKafka(port=broker_port, advertised_port=proxy.port, log_path=tmp_path / "tansu.log").start()
@@ -392,22 +479,23 @@ def test_unacknowledged_writes_raise_change_nothing_here_and_are_undone_by_reset
         with ThreadPoolExecutor(2) as pool:  # both time out together
             commit = pool.submit(stores.offsets.commit, "conn", {"p": {"o": 2}, "new": {"o": 1}})
             pause = pool.submit(stores.configs.put_target_state, "conn", "PAUSED")
-            with pytest.raises(RetriableError, match=rf"store topic '{names['offset_topic']}'.*did not take 2 of 2"):
+            with pytest.raises(RetriableError, match=rf"store topic '{names['offset_topic']}' partition \d+: a write "
+                                                     r"of 2 record\(s\) failed.*committed or aborted, whole, before"):
                 commit.result()
             with pytest.raises(RetriableError, match=rf"store topic '{names['config_topic']}'"):
                 pause.result()
         assert stores.offsets.load("conn") == {"p": {"o": 1}}  # nothing of that commit: neither half nor all
         assert stores.configs.connectors()["conn"].target_state == "RUNNING"
+        # the topic's next write waits for that transaction to end first, and gives up too
+        with pytest.raises(RetriableError, match=rf"store topic '{names['offset_topic']}': the transaction of an "
+                                                 "earlier failed write is still open"):
+            stores.offsets.commit("conn", {"p": {"o": 9}})
         proxy.restore()
 
-        stores.offsets.commit("conn", {"p": {"o": 3}})  # writes work again (a fenced producer is replaced)
+        stores.offsets.commit("conn", {"p": {"o": 3}})  # writes work again, after the held commit ended
+        stores.configs.put("other", {"k": "w"})
         assert stores.offsets.load("conn") == {"p": {"o": 3}}
-        restarted = open_kafka(broker.bootstrap, unique)
-        try:
-            assert restarted.offsets.load("conn") == {"p": {"o": 3}, "new": {"o": 1}}  # the held batch landed
-        finally:
-            restarted.close()
-
+        assert stores.configs.connectors()["conn"].target_state == "RUNNING"
         stores.offsets.reset("conn")
         assert stores.offsets.load("conn") == {}
         started = time.monotonic()
@@ -415,12 +503,30 @@ def test_unacknowledged_writes_raise_change_nothing_here_and_are_undone_by_reset
         assert time.monotonic() - started < 2
         with pytest.raises(ConnectError, match="closed"):
             stores.offsets.commit("conn", {"p": {"o": 4}})
+
+        # the held transactions landed whole, before the next writes; the write tried during the
+        # partition never began; the reset tombstoned "new" too
+        part = zlib.crc32(b"conn") % OFFSET_PARTITIONS
+        assert raw_records(broker.bootstrap, names["offset_topic"], OFFSET_PARTITIONS) == [
+            (part, ["conn", "p"], {"o": 1}), (part, ["conn", "p"], {"o": 2}), (part, ["conn", "new"], {"o": 1}),
+            (part, ["conn", "p"], {"o": 3}), (part, ["conn", "new"], None), (part, ["conn", "p"], None)]
         restarted = open_kafka(broker.bootstrap, unique)
         try:
-            assert restarted.offsets.load("conn") == {}  # "new" went with the reset too
+            assert restarted.offsets.load("conn") == {}
+            assert restarted.configs.connectors() == {"conn": StoredConnector("conn", {"k": "v"}, "PAUSED"),
+                                                      "other": StoredConnector("other", {"k": "w"})}
         finally:
             restarted.close()
+
+        stores = open_kafka(broker.bootstrap, unique, timeout_s=1.5)
+        proxy.blackhole()
+        with pytest.raises(RetriableError):
+            stores.offsets.commit("conn", {"p": {"o": 5}})
+        started = time.monotonic()
+        stores.close()  # a producer's own close would wait for the held transaction without a bound
+        assert time.monotonic() - started < 5
     finally:
+        proxy.restore()
         if stores is not None:
             stores.close()
         proxy.close()
