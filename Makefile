@@ -20,7 +20,7 @@ demo-pulsar: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check connect connectors worker bench tests
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n 2 --dist loadfile
 
 bench: $(VENV)/.installed
 	$(PY) bench/kafka_mirror.py
