@@ -17,7 +17,11 @@ with ``.`` + the setting):
   protocol internals, credentials included, into the worker's logs) are refused, unless the operator
   names them in ``allowed.keys``;
 - **files**: a key naming a local file (``*.location`` except ``ssl.ca.location=probe``, ``*.file``,
-  ``*.keytab``) is refused unless its real path (symlinks followed) lies in ``allowed.paths``;
+  ``*.keytab``, ``*.path``) is refused unless its real path (symlinks followed) lies in
+  ``allowed.paths`` and holds no shell characters; ``offset.store.method`` (librdkafka's file offset
+  store) is refused like the code keys;
+- **shell**: ``sasl.kerberos.principal`` and ``sasl.kerberos.service.name`` hold only
+  ``[A-Za-z0-9._/@=+-]`` (librdkafka's default kinit command line interpolates them);
 - **URLs**: a ``*.url`` value must be ``http(s)://`` or a broker scheme (``pulsar(+ssl)://``,
   ``kafka://``...): never ``file://`` (librdkafka fetches OAuth tokens with libcurl, which reads
   local files for such URLs).
@@ -41,9 +45,14 @@ __all__ = ["ClientConfigPolicy", "CODE_KEYS", "POLICIES", "DEFAULT_POLICY"]
 POLICIES = ("default", "all")
 
 # Settings that load or run code, or pour secrets into logs (librdkafka's names).
+# ``offset.store.method=file`` makes librdkafka write offset files (by default into the working
+# directory) wherever ``offset.store.path`` says.
 CODE_KEYS = ("plugin.library.paths", "ssl.engine.location", "ssl.engine.id", "ssl.providers",
-             "sasl.kerberos.kinit.cmd", "debug")
-_FILE_SUFFIXES = (".location", ".file", ".keytab")
+             "sasl.kerberos.kinit.cmd", "debug", "offset.store.method")
+_FILE_SUFFIXES = (".location", ".file", ".keytab", ".path")
+# librdkafka puts these into the default kinit command line, which runs in a shell (GSSAPI builds)
+_SHELL_FED = ("sasl.kerberos.principal", "sasl.kerberos.service.name")
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9._/@=+-]*")
 _SAFE_URL = re.compile(r"(?:https?|pulsar|pulsar\+ssl|kafka|ssl|sasl_ssl|sasl_plaintext|plaintext)://", re.IGNORECASE)
 
 
@@ -90,7 +99,14 @@ class ClientConfigPolicy:
                                                          "(it loads code or leaks credentials into logs); an operator "
                                                          f"can allow it with connector.client.config.allowed.keys={code}"))
                 continue
+            if any(_matches(key, k) for k in _SHELL_FED) and not _SHELL_SAFE.fullmatch(value):
+                issues.append(ConfigIssue(key, None, "may only hold letters, digits and . _ / @ = + - (librdkafka "
+                                                     "puts it into a shell command line)"))
+                continue
             if key.endswith(_FILE_SUFFIXES) and value.strip():
+                if any(c in value for c in "$`;|&<>\n"):
+                    issues.append(ConfigIssue(key, None, "names a file with shell characters in its path"))
+                    continue
                 if _matches(key, "ssl.ca.location") and value.strip() == "probe":
                     continue
                 if not os.path.isabs(value.strip()) or not self._inside(value.strip()):

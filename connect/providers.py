@@ -796,17 +796,26 @@ class ConfigProviders:
 _ADDRESS_KEY = re.compile(r"(?:^|\.)(?:bootstrap\.servers|service\.url|admin\.url|namesrv\.addr)$")
 
 
+# ...and only when the variable's own name says it holds an address: the key name is the REST
+# caller's choice, the variable name the operator's (``${env:KAFKA_SASL_PASSWORD}`` in
+# bootstrap.servers stays masked).
+_ADDRESS_VARIABLE = re.compile(r"[A-Z0-9_]*_(?:BOOTSTRAP|BOOTSTRAP_SERVERS|SERVERS|NAMESRV|NAMESRV_ADDR|URL|ADDR|ADDRESS"
+                               r"|HOST|HOSTS|PULSAR|ROCKETMQ|PRIMARY|STANDBY|[AB])")
+
+
 def secret_provider_values(config: Mapping[str, Any], resolved: Resolved) -> set[str]:
     """The provider values to mask in free text (logs, traces, errors): all of them, except a value
     that is the whole of an address key (``bootstrap.servers``, ``service.url``, ``admin.url``,
-    ``namesrv.addr``) given by one ``${env:...}`` reference and used by no other provided key.
-    Values from files, directories and keystores are always masked."""
+    ``namesrv.addr``) given by one ``${env:NAME}`` reference whose variable is named like an
+    address (``..._BOOTSTRAP``, ``..._URL``, ``..._NAMESRV``...) and not like a credential, and used
+    by no other provided key. Values from files, directories and keystores are always masked."""
     exempt_keys = set()
     for key in resolved.provided_keys:
         value = config.get(key)
         refs = parse_references(value) if isinstance(value, str) else []
         if (_ADDRESS_KEY.search(key) and not is_secret_name(key) and len(refs) == 1 and refs[0].text == value
-                and refs[0].provider == "env"):
+                and refs[0].provider == "env" and _ADDRESS_VARIABLE.fullmatch(refs[0].key)
+                and not is_secret_name(refs[0].key)):
             exempt_keys.add(key)
     others = [str(resolved.config[k]) for k in resolved.provided_keys - exempt_keys]
     shown = {str(resolved.config[k]) for k in exempt_keys}

@@ -10,10 +10,11 @@ on a TCP port, and each Python worker keeps one connection to it:
 - ``offsets``: the committed offsets of the partitions a starting task asks for - and only
   those, so no task ever receives another task's offsets.
 
-A connection starts with the run's random secret (``AUTH <secret>`` on a line of at most
-:data:`_HELLO_LIMIT` bytes, read within :data:`_HELLO_TIMEOUT_S`): the server reads nothing more
-from a peer that does not know it, so an unauthenticated peer can make it hold at most that line,
-and at most :data:`MAX_CONNECTIONS` connections are served at once. Then one JSON object per line
+A connection starts with the run's random secret (``AUTH <secret>``, exactly that many bytes,
+all within :data:`_HELLO_TIMEOUT_S`): the server reads nothing more from a peer that does not
+know it, so an unauthenticated peer can make it hold at most that line, for at most that long; at
+most :data:`MAX_CONNECTIONS` connections are served at once, of which at most
+:data:`MAX_UNAUTHENTICATED` have not authenticated yet. Then one JSON object per line
 each way (orjson), a request line at most :data:`MAX_LINE` bytes; every request carries the
 secret too.
 """
@@ -25,6 +26,7 @@ import secrets
 import socket
 import socketserver
 import threading
+import time
 from typing import Any, Callable
 
 import orjson
@@ -38,9 +40,29 @@ ControlAddress = tuple[str, int, str]  # host, port, secret
 Handler = Callable[[dict[str, Any]], Any]
 
 MAX_CONNECTIONS = 512
+MAX_UNAUTHENTICATED = 64
 MAX_LINE = 64 << 20  # a delegated epoch's spec (pickled classes included) fits with room to spare
-_HELLO_LIMIT = 128
-_HELLO_TIMEOUT_S = 10.0
+_HELLO_TIMEOUT_S = 3.0  # for the whole line: clients send it right after connecting
+
+
+def _read_hello(sock: socket.socket, size: int) -> bytes | None:
+    """The first ``size`` bytes of a connection, all within _HELLO_TIMEOUT_S (an absolute
+    deadline: a peer trickling bytes cannot hold the connection longer); None if they do not come."""
+    deadline = time.monotonic() + _HELLO_TIMEOUT_S
+    data = b""
+    try:
+        while len(data) < size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sock.settimeout(left)
+            chunk = sock.recv(size - len(data))
+            if not chunk:
+                return None
+            data += chunk
+    except OSError:
+        return None
+    return data
 
 
 def hello(secret: str) -> bytes:
@@ -49,22 +71,36 @@ def hello(secret: str) -> bytes:
 
 
 class _Server(socketserver.ThreadingTCPServer):
+    """Counts the connections it serves: at most MAX_CONNECTIONS in all, of which at most
+    MAX_UNAUTHENTICATED have not sent the secret yet (so peers without it cannot take the places
+    the executors need)."""
+
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, *args, **kwargs):
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        self._open: set[int] = set()  # id() of the sockets holding a place
+        self.unauthenticated: set[int] = set()
         super().__init__(*args, **kwargs)
 
     def verify_request(self, request, client_address) -> bool:
-        return self.slots.acquire(blocking=False)  # over the cap: closed at once
+        with self._lock:  # over a cap: closed at once
+            if len(self._open) >= MAX_CONNECTIONS or len(self.unauthenticated) >= MAX_UNAUTHENTICATED:
+                return False
+            self._open.add(id(request))
+            self.unauthenticated.add(id(request))
+            return True
+
+    def authenticated(self, request) -> None:
+        with self._lock:
+            self.unauthenticated.discard(id(request))
 
     def shutdown_request(self, request) -> None:
+        with self._lock:  # only a connection that took a place gives one back
+            self._open.discard(id(request))
+            self.unauthenticated.discard(id(request))
         super().shutdown_request(request)
-        try:
-            self.slots.release()
-        except ValueError:  # a request refused by verify_request held no slot
-            pass
 
 
 class ControlServer:
@@ -77,14 +113,12 @@ class ControlServer:
 
         class _RequestHandler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                self.connection.settimeout(_HELLO_TIMEOUT_S)
-                try:
-                    first = self.rfile.readline(_HELLO_LIMIT)
-                except OSError:
+                first = _read_hello(self.connection, len(hello(outer.secret)))
+                if first is None or not secrets.compare_digest(first, hello(outer.secret)):
+                    if first is not None:
+                        self.wfile.write(orjson.dumps({"error": "wrong secret"}) + b"\n")
                     return
-                if not secrets.compare_digest(first, hello(outer.secret)):
-                    self.wfile.write(orjson.dumps({"error": "wrong secret"}) + b"\n")
-                    return
+                self.server.authenticated(self.request)
                 self.connection.settimeout(None)
                 while True:
                     line = self.rfile.readline(MAX_LINE + 1)

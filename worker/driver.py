@@ -273,7 +273,8 @@ class PipelineRuntime:
         self.lag.measure(self.source_connector, committed)
 
     def task_lag(self, task: TaskState) -> tuple[int, float] | None:
-        return self.lag.of(task.partitions) if task.partitions else None
+        keys = tuple(task.partitions)  # a snapshot: the connector's thread adds to it meanwhile
+        return self.lag.of(keys) if keys else None
 
     def _record(self, result: EpochResult) -> None:
         task = self.tasks[result.task]
@@ -292,7 +293,8 @@ class PipelineRuntime:
         behind = self.task_lag(task)
         if behind is not None:  # what is left to deliver, not where the consumer stands
             result.lag = behind[0]
-            result.partition_lag = {k: list(self.lag.partitions[k]) for k in task.partitions if k in self.lag.partitions}
+            parts = self.lag.partitions
+            result.partition_lag = {k: list(parts[k]) for k in tuple(task.partitions) if k in parts}
         if result.state != FAILED:
             task.prev_epoch = result.epoch
             task.failures = 0

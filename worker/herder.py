@@ -593,9 +593,9 @@ class Herder:
             if rt is not None:
                 rt.lag.measured_at = 0.0
                 rt.measure_lag()
-                if self.metrics is not None:
+                if self.metrics is not None and not c.removed:  # a deleted connector's series stay gone
                     for t in rt.tasks:
-                        self.metrics.lag(c.name, t.task, rt.task_lag(t), rt.lag.partitions, t.partitions)
+                        self.metrics.lag(c.name, t.task, rt.task_lag(t), rt.lag.partitions, tuple(t.partitions))
             if c.wake.wait(REFRESH_S):
                 return
 
@@ -613,6 +613,11 @@ class Herder:
             source.start({k: v for k, v in pipeline.source_config.items() if k != "connector.class"})
         except Exception as exc:  # noqa: BLE001 - lag is informational; the connector stays STOPPED
             log.info("connector %s: lag not measured while STOPPED: %s", c.name, self.redactor.redact(str(exc)))
+            if source is not None:  # it may have opened clients before failing
+                try:
+                    source.stop()
+                except Exception:  # noqa: BLE001
+                    pass
             source = None
         try:
             while True:

@@ -6,6 +6,9 @@ paused, stopped or failing. So the driver measures lag itself, from the offsets 
 the source's end (:meth:`connect.connector.SourceConnector.committed_lag`), after each epoch and,
 while no epoch runs, every :data:`REFRESH_S` seconds.
 
+Partitions without a committed offset are not measured (where their reading would start is the
+tasks' business): while no partition of a connector has one, its lag is unknown (``?``), not 0.
+
 Seconds behind are how long a partition has been behind without interruption: since the last
 measurement that found it caught up (0 records), or since the first measurement of this process
 that found it behind. They grow while nothing is delivered (a paused connector, a sink refusing
@@ -61,10 +64,11 @@ class CommittedLag:
 
     @property
     def partitions(self) -> dict[str, tuple[int, float]]:
-        """key -> (records, seconds behind), the seconds as of now."""
+        """key -> (records, seconds behind), the seconds as of now. Safe from any thread: the
+        measuring thread swaps whole dicts, this reads one snapshot of each."""
         now = self._clock()
-        return {key: (records, now - self._behind_since[key] if key in self._behind_since else 0.0)
-                for key, records in self._records.items()}
+        since, records = self._behind_since, self._records
+        return {key: (n, now - since[key] if key in since else 0.0) for key, n in records.items()}
 
     def due(self) -> bool:
         return time.monotonic() - self.measured_at >= REFRESH_S
@@ -75,7 +79,7 @@ class CommittedLag:
         if not self.known:
             return None
         parts = self.partitions
-        wanted = parts if keys is None else {k: parts[k] for k in keys if k in parts}
-        if not wanted:
-            return None if keys is not None else (0, 0.0)
+        wanted = parts if keys is None else {k: parts[k] for k in tuple(keys) if k in parts}
+        if not wanted:  # nothing committed yet (or not these partitions): unknown, not 0
+            return None
         return sum(r for r, _ in wanted.values()), max(s for _, s in wanted.values())

@@ -47,7 +47,7 @@ from connect.errors import RetriableError
 from connect.secrets import Redactor, install_log_redaction
 from connect.sink import SinkTask, SinkTaskContext
 from connect.tasks.policy import RunnerPolicy
-from connect.tasks.results import FAILED, EpochResult
+from connect.tasks.results import FAILED, REASON_SHOWN, EpochResult
 from connect.tasks.runner import TaskPairRunner
 from worker.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
@@ -223,6 +223,21 @@ def _mask_secrets_in_logs(secrets: frozenset[str]) -> None:
             _REDACTION_INSTALLED = True
 
 
+def _mask_reasons(result: EpochResult) -> None:
+    """Error texts leave this process masked, then cut (masking a cut secret would miss it)."""
+    stats = result.stats
+    for retry in stats.get("retrying") or ():
+        retry["reason"] = _REDACTOR.redact(retry["reason"])[:REASON_SHOWN]
+    reasons: dict[str, int] = {}
+    for reason, n in (stats.get("failure_reasons") or {}).items():
+        shown = _REDACTOR.redact(reason)[:REASON_SHOWN]
+        reasons[shown] = reasons.get(shown, 0) + n
+    if "failure_reasons" in stats:
+        stats["failure_reasons"] = reasons
+    if result.trace:
+        result.trace = _REDACTOR.redact(result.trace)
+
+
 def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = None) -> EpochResult:
     _mask_secrets_in_logs(spec.secrets)
     key = (spec.connector, spec.task)
@@ -255,6 +270,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
             cached.used_at = time.monotonic()
         result.restarted = restarted
         result.token = spec.token
+        _mask_reasons(result)
         cached.last_epoch = spec.epoch
         if result.state == FAILED:
             _evict(key)
@@ -290,7 +306,8 @@ def _bridge(key: tuple[str, int], cached: _Cached, epoch: int, lease_s: float) -
 
 def _not_run(spec: TaskPairSpec, started: float, trace: str, *, retriable: bool) -> EpochResult:
     """FAILED result of an epoch whose pair never ran (it could not start, or its answer was lost)."""
-    return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(), trace=trace,
+    return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
+                       trace=_REDACTOR.redact(trace),
                        pid=os.getpid(), restarted=True, retriable=retriable, token=spec.token, host=_HOST)
 
 

@@ -6,7 +6,10 @@ from typing import Any
 
 import attrs
 
-__all__ = ["EpochStats", "EpochResult", "RUNNING", "FAILED"]
+__all__ = ["EpochStats", "EpochResult", "RUNNING", "FAILED", "REASON_KEPT", "REASON_SHOWN"]
+
+REASON_KEPT = 4000  # characters of an error kept in stats
+REASON_SHOWN = 300  # characters shown, after masking
 
 RUNNING = "RUNNING"
 FAILED = "FAILED"
@@ -48,7 +51,9 @@ class EpochStats:
         """Group ``(record, error)`` pairs by reason; add them to ``failure_reasons``; return this batch's."""
         batch: dict[str, int] = {}
         for _, error in failures:
-            reason = f"{type(error).__name__}: {error}"[:300]
+            # Cut long, not short: whoever shows it masks secrets first and cuts after (a secret cut
+            # in half would no longer be recognised).
+            reason = f"{type(error).__name__}: {error}"[:REASON_KEPT]
             batch[reason] = batch.get(reason, 0) + 1
         for reason, n in batch.items():
             self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + n

@@ -17,6 +17,7 @@ import time
 from typing import Callable, TypeVar
 
 from connect.errors import RetriableError, RetriesExhaustedError
+from connect.tasks.results import REASON_KEPT
 
 __all__ = ["RetryPolicy", "EpochOver"]
 
@@ -51,7 +52,7 @@ class RetryPolicy:
         if what not in self._since:  # the first failure of a streak is logged; its retries are counted
             log.warning("%s failed, retrying: %s", what, error)
         since = self._since.setdefault(what, now)
-        self._reason[what] = f"{type(error).__name__}: {error}"[:300]
+        self._reason[what] = f"{type(error).__name__}: {error}"[:REASON_KEPT]  # masked, then cut, when shown
         if self.timeout_ms >= 0 and (now - since) * 1000 >= self.timeout_ms:
             raise RetriesExhaustedError(
                 f"{what} still failing after errors.retry.timeout={self.timeout_ms} ms "

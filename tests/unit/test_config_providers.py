@@ -463,3 +463,6 @@ def test_an_address_from_the_environment_is_shown_other_provider_values_stay_sec
               "dlq.bootstrap.servers": "${env:SHARED}", "source.client.id": "${env:SHARED}"}  # also a client id
     resolved = providers.resolve(config)
     assert secret_provider_values(config, resolved) == {"file-host:9092", "env-pw-1234", "shared-value"}
+    # the key name is the REST caller's: a credential variable in an address key stays masked
+    sneaky = {"source.bootstrap.servers": "${env:SOURCE_PW}"}
+    assert secret_provider_values(sneaky, providers.resolve(sneaky)) == {"env-pw-1234"}
