@@ -166,6 +166,15 @@ def _kafka_error(exc: KafkaException) -> KafkaError:
     return arg if isinstance(arg, KafkaError) else KafkaError(KafkaError._FAIL, str(exc))
 
 
+def _survivable(exc: KafkaException) -> KafkaError:
+    """The error of ``exc`` when the producer survives it; ``exc`` itself is raised again when it is
+    fatal or a fence (the producer can do nothing more: the write path replaces or stops it)."""
+    err = _kafka_error(exc)
+    if err.fatal() or err.code() in _FENCING:
+        raise exc
+    return err
+
+
 def _error_class(err: KafkaError | None) -> type[ConnectError]:
     """RetriableError for transient failures (the broker may take the same write later)."""
     if err is None or err.fatal():
@@ -475,9 +484,7 @@ class KafkaStores:
             writer.unresolved = None
             return
         except KafkaException as exc:
-            err = _kafka_error(exc)
-            if err.fatal() or err.code() in _FENCING:
-                raise
+            err = _survivable(exc)
             what = (f"store topic {writer.topic!r} partition {partition}: a write of {len(records)} record(s) "
                     f"failed ({err.str()})")
             if committing and not err.txn_requires_abort() and (err.retriable() or err.code() == KafkaError._TIMED_OUT):
@@ -495,9 +502,7 @@ class KafkaStores:
             writer.producer.abort_transaction(_remaining(deadline))
             writer.unresolved = None
         except KafkaException as exc:
-            err = _kafka_error(exc)
-            if err.fatal() or err.code() in _FENCING:
-                raise
+            err = _survivable(exc)
             log.debug("store topic %s: the abort is not complete yet: %s", writer.topic, err.str())
 
     def _settle(self, writer: _TopicWriter, deadline: float) -> None:
@@ -513,9 +518,7 @@ class KafkaStores:
             writer.unresolved = None
             return
         except KafkaException as exc:
-            err = _kafka_error(exc)
-            if err.fatal() or err.code() in _FENCING:
-                raise
+            err = _survivable(exc)
             if writer.unresolved == "commit" and err.txn_requires_abort():
                 self._abort(writer, deadline)
                 if writer.unresolved is None:
