@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Iterable, Mapping
 
-__all__ = ["CommittedLag", "REFRESH_S"]
+__all__ = ["CommittedLag", "REFRESH_S", "MEASURE_WAIT_S"]
 
 log = logging.getLogger(__name__)
 
 REFRESH_S = 5.0
+MEASURE_WAIT_S = 2.0
+
+# Questions about lag, for every connector of the process: a few threads, so one source that is
+# away (its question pending) never queues another connector's behind it for long.
+_ASKING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="connect-lag")
 
 
 class CommittedLag:
@@ -37,13 +44,35 @@ class CommittedLag:
         self._records: dict[str, int] = {}  # key -> records behind, last measured
         self.known = False
         self.measured_at = 0.0  # monotonic
+        self._pending: Future | None = None  # a question to the source not answered yet
 
     def measure(self, source_connector, committed: Mapping[str, Mapping]) -> None:
         """Ask the source how far its end is from ``committed``; unknown (``known`` False) when it
-        cannot tell or fails (lag is informational: never an error of the connector)."""
+        cannot tell or fails (lag is informational: never an error of the connector).
+
+        The question runs in a thread of its own and is waited for at most :data:`MEASURE_WAIT_S`:
+        a source cluster that is away (lookups that time out per queue) must not hold the
+        connector's loop, its epochs or its stop. A question still unanswered is not asked again
+        until it is answered; its answer is then taken."""
         self.measured_at = time.monotonic()
+        pending = self._pending
+        if pending is None or pending.done():
+            if pending is not None:
+                self._take(pending)
+            pending = self._pending = _ASKING.submit(source_connector.committed_lag, dict(committed))
         try:
-            behind = source_connector.committed_lag(committed)
+            pending.result(MEASURE_WAIT_S)
+        except FutureTimeout:
+            self.known = False
+            return
+        except Exception:  # noqa: BLE001 - taken (as unknown) below
+            pass
+        self._take(pending)
+        self._pending = None
+
+    def _take(self, done: Future) -> None:
+        try:
+            behind = done.result(0)
         except Exception as exc:  # noqa: BLE001
             log.debug("lag not measured: %s", exc)
             behind = None

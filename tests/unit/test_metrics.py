@@ -369,3 +369,37 @@ def test_partition_lag_gauges_per_partition_with_readable_labels():
     assert value(s, "connect_partition_lag_records", connector="c", task="0", partition="rq/b-a/3") == 0.0
     m.epoch("c", result(task=0, epoch=1))  # a source that no longer reports: the series go
     assert value(scrape(m), "connect_partition_lag_records", connector="c", task="0", partition="orders/1") is None
+
+
+def test_a_lag_question_to_a_source_that_is_away_never_holds_the_connector_long():
+    """``CommittedLag.measure`` waits at most MEASURE_WAIT_S for the source; the late answer is
+    taken by a later measurement, and a pending question is not asked twice."""
+    import threading
+    import time as _time
+
+    from worker import lag as lag_module
+    from worker.lag import CommittedLag
+
+    release = threading.Event()
+    asked = []
+
+    class Away:
+        def committed_lag(self, committed):
+            asked.append(1)
+            release.wait(10)
+            return {"p": 7}
+
+    lag = CommittedLag()
+    lag_module.MEASURE_WAIT_S, saved = 0.2, lag_module.MEASURE_WAIT_S
+    try:
+        t0 = _time.monotonic()
+        lag.measure(Away(), {"p": {"offset": 1}})
+        assert _time.monotonic() - t0 < 1.0 and not lag.known and lag.of() is None
+        lag.measure(Away(), {"p": {"offset": 1}})
+        assert len(asked) == 1  # still pending: not asked again
+        release.set()
+        _time.sleep(0.1)
+        lag.measure(Away(), {"p": {"offset": 1}})
+        assert lag.known and lag.of()[0] == 7
+    finally:
+        lag_module.MEASURE_WAIT_S = saved
