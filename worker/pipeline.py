@@ -104,6 +104,10 @@ PIPELINE_CONFIG = (
             "checkpoint connector's offset translation); written with the sink's connector. Empty: none.")
     .define("offset.syncs.interval.ms", Type.INT, 1_000,
             "Most often an offset sync is written per source partition and target partition.", validator=at_least(10))
+    .define("offset.syncs.max.lag", Type.INT, 100,
+            "An offset sync is also written whenever a source partition moved more than this many records (into "
+            "one target partition) since its last one, whatever the interval: a consumer group is translated with "
+            "at most this many records read again (MirrorMaker 2's offset.lag.max).", validator=at_least(1))
     .define("replicator.id", Type.STRING, "", "Set by replicator onboarding (PIP-18): the replicator this "
             "connector belongs to (with replicator.namespace, .type, .region and .topic).")
     .define("replicator.namespace", Type.STRING, "", "PIP-18: the namespace the replicator was added for.")

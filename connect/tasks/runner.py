@@ -163,7 +163,7 @@ class TaskPairRunner:
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
         self._syncs: OffsetSyncEmitter | None = None
         if policy.offset_syncs_topic and offset_syncs_factory is not None:
-            self.sink.context.positions = AckedPositions()
+            self.sink.context.positions = AckedPositions(policy.offset_syncs_max_lag)
             self._syncs = OffsetSyncEmitter(
                 self.sink.context.positions, offset_syncs_factory, topic=policy.offset_syncs_topic,
                 source_alias=policy.source_alias, target_alias=policy.target_alias,
