@@ -94,7 +94,7 @@ class HeaderFrom(FieldTransform):
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
-        self.pairs = list(zip(config["fields"], config["headers"]))
+        self.pairs = list(zip(config["fields"], config["headers"], strict=True))  # same length: validate()
         self.move = config["operation"] == "move"
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:

@@ -27,7 +27,7 @@ from connect.transforms import fields, headers, predicates, reshape, routing
 from connect.transforms.base import Predicate, Transformation
 
 __all__ = ["TRANSFORM_GROUP", "PREDICATE_GROUP", "TransformPluginInfo", "resolve_transform", "resolve_predicate",
-           "list_transform_plugins", "register_transform", "register_predicate", "BUILTIN_TRANSFORMS",
+           "list_transform_plugins", "resolve_plugin", "register_transform", "register_predicate", "BUILTIN_TRANSFORMS",
            "BUILTIN_PREDICATES"]
 
 TRANSFORM_GROUP = "connect.transforms"
@@ -159,6 +159,11 @@ def _resolve(name: str, kind: str) -> type:
 def resolve_transform(name: str) -> type[Transformation]:
     """The transform class a ``transforms.NAME.type`` value designates; PluginError says why not."""
     return _resolve(name, "transformation")
+
+
+def resolve_plugin(kind: str, name: str) -> type:
+    """:func:`resolve_transform` for ``kind`` "transformation", :func:`resolve_predicate` for "predicate"."""
+    return _resolve(name, kind)
 
 
 def resolve_predicate(name: str) -> type[Predicate]:
