@@ -23,7 +23,7 @@ from connect.transforms.base import Transformation, TransformError
 from connect.transforms.payload import avro_schema, read_body, write_body
 
 __all__ = ["FieldTransform", "MaskFieldKey", "MaskFieldValue", "ReplaceFieldKey", "ReplaceFieldValue",
-           "InsertFieldKey", "InsertFieldValue", "record_fields", "kind_of"]
+           "InsertFieldKey", "InsertFieldValue", "record_fields", "kind_of", "key_and_value"]
 
 
 def kind_of(data: Any) -> str:
@@ -36,6 +36,13 @@ def record_fields(schema: dict) -> list[dict]:
     if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(schema.get("fields"), list):
         raise TransformError("the value's schema is not an Avro record schema; field transforms need one")
     return schema["fields"]
+
+
+def key_and_value(base: type) -> tuple[type, type]:
+    """The ``$Key`` and ``$Value`` classes of a transform (``MaskFieldKey``, ``MaskFieldValue``),
+    importable by name from ``base``'s module (assign them there under these names)."""
+    return tuple(type(f"{base.__name__.lstrip('_')}{side.title()}", (base,),
+                      {"side": side, "__module__": base.__module__, "__doc__": base.__doc__}) for side in ("key", "value"))
 
 
 class FieldTransform(Transformation):
@@ -143,12 +150,7 @@ class MaskField(FieldTransform):
         return out
 
 
-class MaskFieldKey(MaskField):
-    side = "key"
-
-
-class MaskFieldValue(MaskField):
-    side = "value"
+MaskFieldKey, MaskFieldValue = key_and_value(MaskField)
 
 
 # -- ReplaceField ----------------------------------------------------------------------------------
@@ -193,12 +195,7 @@ class ReplaceField(FieldTransform):
         return schema
 
 
-class ReplaceFieldKey(ReplaceField):
-    side = "key"
-
-
-class ReplaceFieldValue(ReplaceField):
-    side = "value"
+ReplaceFieldKey, ReplaceFieldValue = key_and_value(ReplaceField)
 
 
 # -- InsertField -----------------------------------------------------------------------------------
@@ -276,9 +273,4 @@ class InsertField(FieldTransform):
         return schema
 
 
-class InsertFieldKey(InsertField):
-    side = "key"
-
-
-class InsertFieldValue(InsertField):
-    side = "value"
+InsertFieldKey, InsertFieldValue = key_and_value(InsertField)

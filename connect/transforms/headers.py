@@ -14,7 +14,7 @@ from connect.config import ConfigDef, Type, non_empty, one_of
 from connect.errors import ConfigIssue
 from connect.records import ConnectRecord, make_record
 from connect.transforms.base import Transformation, TransformError
-from connect.transforms.fields import FieldTransform, record_fields
+from connect.transforms.fields import FieldTransform, key_and_value, record_fields
 from connect.transforms.payload import read_body, write_body
 
 __all__ = ["InsertHeader", "DropHeaders", "HeaderFromKey", "HeaderFromValue", "header_bytes", "with_headers"]
@@ -116,9 +116,4 @@ class HeaderFrom(FieldTransform):
         return schema
 
 
-class HeaderFromKey(HeaderFrom):
-    side = "key"
-
-
-class HeaderFromValue(HeaderFrom):
-    side = "value"
+HeaderFromKey, HeaderFromValue = key_and_value(HeaderFrom)

@@ -15,7 +15,7 @@ import orjson
 from connect.config import ConfigDef, Type, non_empty
 from connect.records import ConnectRecord, ValueSchema, make_record
 from connect.transforms.base import Transformation, TransformError
-from connect.transforms.fields import FieldTransform, kind_of, record_fields
+from connect.transforms.fields import FieldTransform, key_and_value, kind_of, record_fields
 from connect.transforms.payload import avro_schema, read_body
 
 __all__ = ["CastKey", "CastValue", "ValueToKey", "ExtractFieldKey", "ExtractFieldValue", "SetSchemaMetadataValue",
@@ -122,12 +122,7 @@ class _Cast(FieldTransform):
         return schema
 
 
-class CastKey(_Cast):
-    side = "key"
-
-
-class CastValue(_Cast):
-    side = "value"
+CastKey, CastValue = key_and_value(_Cast)
 
 
 class ValueToKey(Transformation):
@@ -188,12 +183,7 @@ class _ExtractField(FieldTransform):
         raise TransformError(f"the value's Avro schema has no field {self.field!r}")
 
 
-class ExtractFieldKey(_ExtractField):
-    side = "key"
-
-
-class ExtractFieldValue(_ExtractField):
-    side = "value"
+ExtractFieldKey, ExtractFieldValue = key_and_value(_ExtractField)
 
 
 class SetSchemaMetadataValue(Transformation):

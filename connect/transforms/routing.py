@@ -49,12 +49,18 @@ def java_replacement(replacement: str) -> str:
     return "".join(out)
 
 
-def _replacement(value: Any) -> str | None:
-    try:
-        java_replacement(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
+def _refused_by(build: Callable[[str], Any]) -> Callable[[Any], str | None]:
+    """A config validator: None when ``build(value)`` works, else its ValueError's text."""
+    def check(value: Any) -> str | None:
+        if not value:
+            return "must not be empty"
+        try:
+            build(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return check
 
 
 class RegexRouter(Transformation):
@@ -66,7 +72,7 @@ class RegexRouter(Transformation):
                 .define("regex", Type.STRING, doc="Regular expression the whole topic name must match.",
                         validator=lambda v: non_empty(v) or valid_regex(v))
                 .define("replacement", Type.STRING, doc="The new name; $1, ${name} are groups of the match.",
-                        validator=_replacement))
+                        validator=_refused_by(java_replacement)))
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
@@ -122,16 +128,6 @@ def date_formatter(pattern: str) -> Callable[[datetime.datetime], str]:
     return format_
 
 
-def _date_pattern(value: Any) -> str | None:
-    if not value:
-        return "must not be empty"
-    try:
-        date_formatter(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 class TimestampRouter(Transformation):
     """Renames each record's topic by ``topic.format``: ``${topic}`` and ``${timestamp}`` (the
     record's timestamp, UTC, formatted by ``timestamp.format``). A record without a timestamp fails."""
@@ -142,7 +138,7 @@ class TimestampRouter(Transformation):
                 .define("topic.format", Type.STRING, "${topic}-${timestamp}",
                         "The new topic: ${topic} and ${timestamp} are replaced.", validator=non_empty)
                 .define("timestamp.format", Type.STRING, "yyyyMMdd",
-                        "Java SimpleDateFormat pattern of ${timestamp} (UTC).", validator=_date_pattern))
+                        "Java SimpleDateFormat pattern of ${timestamp} (UTC).", validator=_refused_by(date_formatter)))
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)

@@ -5,9 +5,7 @@ real TaskPairRunner in this process, no Spark), then read back by plain consumer
 
 from __future__ import annotations
 
-import importlib
 import io
-import sys
 import textwrap
 
 import fastavro
@@ -15,6 +13,7 @@ import orjson
 import pulsar
 import pytest
 from confluent_kafka import Producer
+from dist_util import forget, install_distribution
 from kafka_util import consume_all, create_topic
 from pulsar_util import QUIET
 from pulsar_wire import SchemaRegistryProxy
@@ -194,16 +193,10 @@ PLUGIN = textwrap.dedent("""
 @pytest.fixture
 def stamp_plugin(tmp_path, monkeypatch):
     """A transform installed as a plugin: a distribution on sys.path declaring an entry point."""
-    (tmp_path / "stamp_xf.py").write_text(PLUGIN)
-    info = tmp_path / "stamp_xf-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: stamp-xf\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[{TRANSFORM_GROUP}]\nstamp = stamp_xf:Stamp\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
+    install_distribution(tmp_path, monkeypatch, "stamp-xf", {"stamp_xf": PLUGIN},
+                         f"[{TRANSFORM_GROUP}]\nstamp = stamp_xf:Stamp\n")
     yield
-    sys.modules.pop("stamp_xf", None)
-    importlib.invalidate_caches()
+    forget("stamp_xf")
 
 
 def test_a_custom_transform_installed_as_a_plugin(kafka_pair, unique, stamp_plugin):

@@ -4,11 +4,11 @@ hook, and the authors' test kit."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 import textwrap
 
 import pytest
+from dist_util import forget, install_distribution
 from typer.testing import CliRunner
 
 from connect.errors import ConfigError, PluginError
@@ -161,17 +161,11 @@ PLUGIN = textwrap.dedent("""
 @pytest.fixture
 def plugin_dist(tmp_path, monkeypatch):
     """A distribution installed on sys.path that declares a transform and a predicate as entry points."""
-    (tmp_path / "xf_plugin.py").write_text(PLUGIN)
-    info = tmp_path / "xf_plugin-2.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: xf-plugin\nVersion: 2.0\n")
-    (info / "entry_points.txt").write_text(f"[{TRANSFORM_GROUP}]\nupper = xf_plugin:Upper\nbogus = xf_plugin:NotATransform\n"
-                                           f"[{PREDICATE_GROUP}]\neven = xf_plugin:IsEven\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
+    install_distribution(tmp_path, monkeypatch, "xf-plugin", {"xf_plugin": PLUGIN},
+                         f"[{TRANSFORM_GROUP}]\nupper = xf_plugin:Upper\nbogus = xf_plugin:NotATransform\n"
+                         f"[{PREDICATE_GROUP}]\neven = xf_plugin:IsEven\n")
     yield tmp_path
-    sys.modules.pop("xf_plugin", None)
-    importlib.invalidate_caches()
+    forget("xf_plugin")
 
 
 def test_custom_transform_and_predicate_from_entry_points(plugin_dist):
