@@ -202,7 +202,7 @@ class PipelineRuntime:
                                       t.source_config, sink_task, t.sink_config, self.dlq_config(t.sink_config),
                                       self.settings.runner, token,
                                       offset_syncs_config=self.offset_syncs_config(t.sink_config),
-                                      secrets=self._secrets))
+                                      secrets=self._secrets, transforms=self.pipeline.transforms))
         return specs, tokens
 
     def next_restart_in(self) -> float | None:
