@@ -92,11 +92,10 @@ class _ChainStage:
     def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
         raise NotImplementedError
 
-    def _chains(self, batch: list[ConnectRecord]) -> list[tuple[str, ...]]:
-        return self.chains.of(batch)
-
     def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
-        chains = self._chains(batch)
+        return self._filter(batch, self.chains.of(batch))
+
+    def _filter(self, batch: list[ConnectRecord], chains: list[tuple[str, ...]]) -> list[ConnectRecord]:
         keeps = self.keeps
         flags = [keeps(r, c) for r, c in zip(batch, chains, strict=True)]
         if all(flags):
@@ -117,15 +116,12 @@ class OriginFilter(_ChainStage):
         super().__init__(chains)
         self.target = target
 
-    def _chains(self, batch: list[ConnectRecord]) -> list[tuple[str, ...]]:
-        return self.chains.read(batch)  # first of the stages: a batch is read afresh
-
     def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
-        chains = self._chains(batch)
+        chains = self.chains.read(batch)  # first of the stages: a batch is read afresh
         target = self.target
         if not any(target in c for c in chains):  # the usual case: one pass, nothing copied
             return self.chains.keep(batch, chains)
-        return super().apply(batch, failures)
+        return self._filter(batch, chains)
 
     def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
         return self.target not in chain

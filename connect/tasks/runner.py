@@ -41,14 +41,15 @@ import threading
 import time
 import traceback
 from collections import Counter, deque
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from connect.errors import ConnectError, RetriableError, RetriesExhaustedError, TaskFailedError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.failures import FailedRecordHandler
-from connect.tasks.offsetsync import AckedPositions, OffsetSyncEmitter
+from connect.tasks.listeners import AckListener, AckListeners
+from connect.tasks.offsetsync import OffsetSyncListener
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
 from connect.tasks.retry import EpochOver, RetryPolicy
@@ -113,6 +114,7 @@ class TaskPairRunner:
                  dlq_factory: Callable[[], SinkTask] | None = None,
                  offset_syncs_factory: Callable[[], SinkTask] | None = None,
                  stages: StageChain | None = None,
+                 listeners: Sequence[AckListener] = (),
                  stop_requested: Callable[[], bool] = lambda: False):
         self.connector = connector
         self.task_id = task_id
@@ -161,13 +163,10 @@ class TaskPairRunner:
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
-        self._syncs: OffsetSyncEmitter | None = None
-        if policy.offset_syncs_topic and offset_syncs_factory is not None:
-            self.sink.context.positions = AckedPositions()
-            self._syncs = OffsetSyncEmitter(
-                self.sink.context.positions, offset_syncs_factory, topic=policy.offset_syncs_topic,
-                source_alias=policy.source_alias, target_alias=policy.target_alias,
-                interval_ms=policy.offset_syncs_interval_ms, name=self.name)
+        # Side parts following the acknowledgements (offset syncs: ``offset_syncs_factory`` writes them).
+        self._listeners = AckListeners(
+            [*listeners, OffsetSyncListener.for_policy(policy, offset_syncs_factory, self.name)], self.name)
+        self._listeners.attach(self.sink.context)
         self.source.start(source_config, self.source.context)
         try:
             self.sink.start(sink_config, self.sink.context)
@@ -250,8 +249,7 @@ class TaskPairRunner:
             pass
         partition_lag = self._partition_lag()
         try:
-            reported = {**self.source.metrics(), **self.sink.metrics(),
-                        **(self._syncs.metrics() if self._syncs is not None else {})} or None
+            reported = {**self.source.metrics(), **self.sink.metrics(), **self._listeners.metrics()} or None
         except Exception as exc:  # noqa: BLE001 - so are the tasks' own gauges
             log.warning("[%s] task metrics: %s", self.name, exc)
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
@@ -461,8 +459,7 @@ class TaskPairRunner:
             return
         batch, self._resend = self._resend, []
         stats.retries += len(batch)
-        if self.sink.context.positions is not None:  # may land after later records: no offset sync from them
-            self.sink.context.positions.mark_resent(batch)
+        self._listeners.resending(batch)
         try:
             self.sink.put(batch)
         except RetriableError as exc:  # nothing of the batch was taken: keep it, in front
@@ -574,8 +571,7 @@ class TaskPairRunner:
         self._count_committed(blocked, stats)
         if self._held:
             self._commit_records(blocked)
-        if self._syncs is not None:
-            self._syncs.emit()
+        self._listeners.commit_point()
         gc.collect(1)
         if unresolved:
             record, error = unresolved[0]
@@ -644,9 +640,8 @@ class TaskPairRunner:
     def stop(self) -> None:
         errors = []
         self._set_deadline(time.monotonic() + 1.0)  # a stopping sink may flush a little, not wait long
-        syncs = self._syncs.close if self._syncs is not None else (lambda: None)
-        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, syncs, self._chain.close,
-                     self.source.stop):
+        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, self._listeners.close,
+                     self._chain.close, self.source.stop):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - stop everything, report the first failure
