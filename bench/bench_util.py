@@ -11,8 +11,10 @@ from worker.spark import SparkExecutor
 from worker.store import OffsetStore
 
 
-def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partitions: int) -> None:
-    """Create ``topic`` and write ``records`` records round robin over its partitions (key = index)."""
+def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partitions: int,
+               headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Create ``topic`` and write ``records`` records round robin over its partitions (key = index),
+    each with ``headers`` (default: one small header)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -21,10 +23,11 @@ def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partit
         f.result()
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
     value = b"v" * value_size
+    headers = [("i", b"1")] if headers is None else headers
     for i in range(records):
         while True:
             try:
-                p.produce(topic, value, str(i).encode(), partition=i % partitions, headers=[("i", b"1")])
+                p.produce(topic, value, str(i).encode(), partition=i % partitions, headers=headers)
                 break
             except BufferError:
                 p.poll(0.05)
