@@ -40,13 +40,14 @@ import socket
 import threading
 import time
 import traceback
-from collections import Counter, deque
+from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from connect.errors import ConnectError, RetriableError, RetriesExhaustedError, TaskFailedError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
+from connect.tasks.bookkeeping import OpenedPartitions, RecordCommits
 from connect.tasks.failures import FailedRecordHandler
 from connect.tasks.listeners import AckListener, AckListeners
 from connect.tasks.offsetsync import OffsetSyncListener
@@ -129,8 +130,7 @@ class TaskPairRunner:
         self._dlq_factory = dlq_factory
         self._reporter = ErrantRecordReporter()
         self._retry = RetryPolicy(policy.retry_timeout_ms, policy.retry_delay_max_ms)
-        self._opened: dict[str, Mapping[str, Any]] = {}  # partition key -> partition
-        self._opened_ids: dict[int, Mapping[str, Any]] = {}
+        self._opened = OpenedPartitions()
         self._wants_commit_record = type(source).commit_record is not SourceTask.commit_record
         self._failed = False
         self._start_offsets_due = True
@@ -148,8 +148,7 @@ class TaskPairRunner:
         self._ready: dict[str, dict[str, Any]] = {}  # offsets of complete generations, partition still blocked
         # records acknowledged (delivered or resolved) not yet counted committed: a partition was held
         self._uncounted = 0
-        self._held: list[ConnectRecord] = []  # complete, waiting for commit_record (partition blocked)
-        self._failed_ids: Counter[int] = Counter()  # reported failures, matched to records for commit_record
+        self._commits = RecordCommits(self.source.commit_record)
         self._resend: list[ConnectRecord] = []  # transient failures, in order, waiting to be re-sent
         self._resend_at = 0.0
         self._awaiting: dict[str, int] = {}  # partition key of a re-sent record -> generation it went out in
@@ -371,8 +370,10 @@ class TaskPairRunner:
             # make of it: a record a stage failed advances its partition only once resolved.
             last = {id(r.source_partition): r for r in batch}
             polled.update(last)
-            if last.keys() - self._opened_ids.keys():
-                self._open_new_partitions(last)
+            if self._opened.unknown(last):
+                new = self._opened.new(last)
+                if new:
+                    self.sink.open(new)
             if chain is not None:  # replication, converters, transforms
                 batch, dropped, failed = chain(batch)
                 if dropped:
@@ -420,29 +421,6 @@ class TaskPairRunner:
         if self._resend:
             wait = min(wait, max(self._resend_at - time.monotonic(), 0.0))
         self.sink.wait_outcomes(wait)
-
-    def _open_new_partitions(self, last: dict[int, ConnectRecord]) -> None:
-        """Call ``sink.open`` once per new source partition.
-
-        Sources normally reuse one dict per partition, so identity finds known ones cheaply;
-        new identities are checked by canonical key. The identity cache keeps the dicts alive
-        (so an id cannot be reused by another partition) and is reset when it grows large, for
-        sources that build a new dict per record.
-        """
-        seen = self._opened_ids
-        if len(seen) > 10_000:
-            seen.clear()
-        new = {}
-        for ident, record in last.items():
-            if ident in seen:
-                continue
-            partition = record.source_partition
-            seen[ident] = partition
-            key = partition_key(partition)
-            if key not in self._opened:
-                self._opened[key] = new[key] = partition
-        if new:
-            self.sink.open(list(new.values()))
 
     def offsets_persisted(self) -> None:
         """The driver persisted the offsets the last epoch returned: tell the source (``commit``,
@@ -535,7 +513,7 @@ class TaskPairRunner:
         # Every failure of a complete generation was reported before it completed: take them now.
         failures = self._reporter.take()
         if self._records is not None and failures:
-            self._failed_ids.update(id(r) for r, _ in failures)
+            self._commits.failures_reported(failures)
         transient = [f for f in failures if isinstance(f[1], RetriableError)]
         if transient:  # an outcome, not an acknowledgement: they count once a re-send is delivered
             stats.acknowledged -= len(transient)
@@ -555,7 +533,7 @@ class TaskPairRunner:
                 self._acked_ts[key] = ts
             self._done_seq = g.seq
             if g.records:
-                self._held.extend(g.records)
+                self._commits.hold(g.records)
         if self._awaiting:  # a re-sent record is acknowledged once its generation is complete
             self._awaiting = {k: seq for k, seq in self._awaiting.items() if seq > self._done_seq}
         if not self._resend and not self._awaiting and self._retry.failing(_DELIVERY):
@@ -569,8 +547,8 @@ class TaskPairRunner:
         for key in [k for k in ready if k not in blocked]:
             committed[key] = dict(ready.pop(key))
         self._count_committed(blocked, stats)
-        if self._held:
-            self._commit_records(blocked)
+        if self._commits:
+            self._commits.release(blocked)
         self._listeners.commit_point()
         gc.collect(1)
         if unresolved:
@@ -613,34 +591,11 @@ class TaskPairRunner:
             self._permanent = todo
             return []
 
-    def _commit_records(self, blocked: set[str]) -> None:
-        """``SourceTask.commit_record`` for each acknowledged record of a complete generation
-        whose partition is not blocked; a record reported as failed is not acknowledged (its
-        re-sent copy may be, later)."""
-        failed = self._failed_ids
-        keys: dict[int, str] = {}
-        keep = []
-        for r in self._held:
-            if failed and failed.get(id(r)):
-                failed[id(r)] -= 1
-                if not failed[id(r)]:
-                    del failed[id(r)]
-                continue
-            sp = r.source_partition
-            key = keys.get(id(sp))
-            if key is None:
-                key = keys[id(sp)] = partition_key(sp)
-            if key in blocked:
-                keep.append(r)
-            else:
-                self.source.commit_record(r, None)
-        self._held = keep
-
     # -- lifecycle -----------------------------------------------------------------------------
     def stop(self) -> None:
         errors = []
         self._set_deadline(time.monotonic() + 1.0)  # a stopping sink may flush a little, not wait long
-        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, self._listeners.close,
+        for step in (lambda: self.sink.close(self._opened.all()), self.sink.stop, self._listeners.close,
                      self._chain.close, self.source.stop):
             try:
                 step()
