@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 
@@ -61,3 +62,12 @@ def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: i
     assert not failed, failed[0]
     assert moved == records, f"framework moved {moved} of {records}"
     return elapsed
+
+
+def bench_args(doc: str, records: int, rounds: int = 2) -> argparse.Namespace:
+    """``--records``, ``--rounds`` and ``--value-size`` of a mirror benchmark (``doc``: its usage text)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=records)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--value-size", type=int, default=100)
+    return ap.parse_args()

@@ -16,7 +16,6 @@ Usage: python bench/replication_cost.py [--records 100000] [--rounds 2] [--value
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_util import fill_kafka, timed_epoch  # noqa: E402
+from bench_util import bench_args, fill_kafka, timed_epoch  # noqa: E402
 from kafka_mirror import PARTITIONS, raw_loop  # noqa: E402
 
 from connect.records import make_record  # noqa: E402
@@ -79,11 +78,7 @@ def flow(spark, src: str, dst: str, topic: str, target: str, records: int, repli
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--value-size", type=int, default=100)
-    args = ap.parse_args()
+    args = bench_args(__doc__, 100_000)
     records = args.records - args.records % PARTITIONS
 
     print("stages alone, ns per record (best of 3):", flush=True)
