@@ -36,6 +36,7 @@ from worker.lag import CommittedLag
 from worker.partition import TaskPairSpec
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.store import OffsetStore
+from worker.topology import with_topologies
 
 __all__ = ["Driver", "PipelineRuntime", "TaskState", "Executor"]
 
@@ -391,7 +392,8 @@ class Driver:
         self.control.register("wanted", self._wanted_request)
         executor.attach(self.control)
         self.runtimes: list[PipelineRuntime] = []
-        for pipeline in pipelines:
+        # The flows of a replication group here take one path each (``worker.topology``).
+        for pipeline in with_topologies(pipelines):
             try:
                 self.runtimes.append(PipelineRuntime(pipeline, store, self.run_id))
             except ConnectError as exc:

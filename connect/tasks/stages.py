@@ -1,7 +1,7 @@
 """Stages: what happens to a polled batch between ``SourceTask.poll`` and ``SinkTask.put``.
 
-A task pair runs one :class:`StageChain`: the replication stages (origin-chain filter and append,
-hop limit, topic naming; ``connect.tasks.origin``), the source-side converters, the user's
+A task pair runs one :class:`StageChain`: the replication stages (origin-chain filter, hop limit,
+one path, origin append, topic naming; ``connect.tasks.replication``), the source-side converters, the user's
 transforms and predicates (``connect.transforms``) and the sink-side converters, in that order.
 Each stage owns one concern; the runner only hands it batches and routes what comes out.
 
@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from connect.converters import BytesConverter, converter_for
 from connect.errors import ConnectError, ConversionError
 from connect.records import ConnectRecord, make_record
+from connect.tasks.replication import replication_stages
 
 __all__ = ["Stage", "StageChain", "RecordStages", "StageError", "ConvertStage", "Failures"]
 
@@ -172,14 +173,13 @@ class StageChain:
 def build_chain(policy, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, Any],
                 transforms: Sequence[tuple[str, Callable[[ConnectRecord], ConnectRecord | None]]] = (),
                 closers: Sequence[Callable[[], None]] = ()) -> StageChain:
-    """The chain of a pair: replication stages (when ``policy`` names both cluster aliases), then
-    decode, the transforms (``(name, apply)`` steps), encode."""
-    from connect.tasks.origin import OriginStage
-
+    """The chain of a pair: the replication stages (when ``policy`` names both cluster aliases;
+    ``connect.tasks.replication``), then decode, the transforms (``(name, apply)`` steps), encode."""
     stages: list[Stage] = []
-    origin = OriginStage.for_policy(policy)
-    if origin is not None:
-        stages.append(origin)
+    if policy.source_alias and policy.target_alias:
+        stages.extend(replication_stages(
+            policy.source_alias, policy.target_alias, prop=policy.origin_property, max_hops=policy.max_hops,
+            policy=policy.topic_policy, separator=policy.policy_separator, topology=policy.topology))
     conv = ConvertStage(source_cfg, sink_cfg)
     steps: list = []
     if conv.decodes:
