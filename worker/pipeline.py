@@ -41,9 +41,10 @@ from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
 from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
 from connect.secrets import MASK, Redactor, is_secret_name
-from connect.tasks.origin import OriginChain
+from connect.tasks.stages import target_routes
 from connect.transforms.chain import TransformsConfig, is_transforms_key, parse_transforms
 from connect.transforms.chain import secret_keys as transforms_secret_keys
+from connect.transforms.topics import routed_issues
 from worker.settings import FRAMEWORK_CONFIG, FrameworkSettings
 
 __all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file",
@@ -209,7 +210,7 @@ def parse_pipeline(document: Any, *, source: str | None = None,
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     settings = FrameworkSettings.from_config(values, aliases)
-    issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings)
+    issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings, transforms)
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     return PipelineConfig(
@@ -220,18 +221,18 @@ def parse_pipeline(document: Any, *, source: str | None = None,
 
 def _target_name_issues(source_cls: type[SourceConnector], source_cfg: Mapping[str, str],
                         sink_cls: type[SinkConnector], sink_cfg: Mapping[str, str], dlq: Mapping[str, str],
-                        settings: FrameworkSettings) -> list[ConfigIssue]:
+                        settings: FrameworkSettings, transforms: TransformsConfig) -> list[ConfigIssue]:
     """Target names the sink's broker refuses, wherever they are known before anything runs, so
     ``validate`` and ``run`` refuse them alike: the topics the source names, as the sink receives
-    them (a replication flow renames them first), and the dead-letter and offset-syncs topics
-    (written with the sink's connector)."""
+    them (a replication flow renames them, then the transforms: ``connect.tasks.stages.target_routes``),
+    and the dead-letter and offset-syncs topics (written with the sink's connector)."""
     sink_own = {k: v for k, v in sink_cfg.items() if k not in SIDE_CONFIG}
     issues: list[ConfigIssue] = []
     named = source_cls.named_topics({k: v for k, v in source_cfg.items() if k not in SIDE_CONFIG})
     if named:
-        origin = OriginChain.for_policy(settings.runner)
-        received = [t for t in (origin.target_topic(n) if origin else n for n in named) if t is not None]
-        issues.extend(i._replace(key=f"sink.{i.key}") for i in sink_cls.target_issues(sink_own, received))
+        routes = target_routes(settings.runner, transforms, named)
+        issues.extend(routed_issues(routes, lambda received: [
+            i._replace(key=f"sink.{i.key}") for i in sink_cls.target_issues(sink_own, received)]))
     for key, topic, overrides, what in (
             ("errors.deadletterqueue.topic.name", settings.dlq_topic, dlq, "every dead-lettered record"),
             ("offset.syncs.topic", settings.runner.offset_syncs_topic, {}, "every offset sync")):

@@ -24,14 +24,16 @@ dead-letter topic is what the source gave, not a half-transformed copy.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from connect.converters import BytesConverter, converter_for
 from connect.errors import ConnectError, ConversionError
 from connect.records import ConnectRecord, make_record
-from connect.tasks.replication import replication_stages
+from connect.tasks.replication import TopicNaming, replication_stages
+from connect.transforms.topics import DROPPED, TopicRoute, topic_routes
 
-__all__ = ["Stage", "StageChain", "RecordStages", "StageError", "ConvertStage", "Failures"]
+__all__ = ["Stage", "StageChain", "RecordStages", "StageError", "ConvertStage", "Failures", "target_routes",
+           "target_counts"]
 
 Failures = list  # list[tuple[ConnectRecord, BaseException]]
 
@@ -190,3 +192,25 @@ def build_chain(policy, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, An
     if steps:
         stages.append(RecordStages(steps, closers))
     return StageChain(stages)
+
+
+def target_routes(policy, transforms, topics: Iterable[str]) -> dict[str, TopicRoute]:
+    """Source topic -> where the chain sends its records, as far as the topic alone says: the
+    replication stage's naming (a prefix, or none: dropped), then the transforms'
+    (:func:`connect.transforms.topics.topic_routes`). What the pipeline validates and the driver
+    prepares targets under."""
+    naming = TopicNaming(policy.source_alias, policy.target_alias, policy.topic_policy, policy.policy_separator) \
+        if policy.source_alias and policy.target_alias else None
+    received = {t: naming.target_topic(t) if naming else t for t in topics}
+    routes = topic_routes(transforms, [n for n in received.values() if n is not None])
+    return {t: DROPPED if n is None else routes[n] for t, n in received.items()}
+
+
+def target_counts(routes: Mapping[str, TopicRoute], counts: Mapping[str, int]) -> dict[str, int]:
+    """The target names of ``routes`` with their sources' partition (queue) counts: the most
+    of the sources that land in one target."""
+    out: dict[str, int] = {}
+    for topic, route in routes.items():
+        for name in route.names:
+            out[name] = max(out.get(name, 0), counts[topic])
+    return out
