@@ -111,11 +111,14 @@ def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka
     assert tasks[0]["config"]["source.bootstrap.servers"] == a.bootstrap
     expanded = c.get("/connectors", params=[("expand", "status"), ("expand", "info")]).json()
     assert expanded[name]["status"]["connector"]["state"] == "RUNNING" and expanded[name]["info"]["name"] == name
+
+    def acked():  # per pair; the figures follow epoch results, which may come after the records arrive
+        return [float(line.rsplit(" ", 1)[1]) for line in c.get("/metrics").text.splitlines()
+                if line.startswith(f'connect_records_acknowledged_total{{connector="{name}"')]
+
+    wait_for(lambda: len(acked()) == 2 and sum(acked()) >= 2000, 30, "both pairs reporting acknowledgements")
     metrics = c.get("/metrics").text
     assert f'connect_records_polled_total{{connector="{name}"' in metrics
-    acked = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-             if line.startswith(f'connect_records_acknowledged_total{{connector="{name}"')]
-    assert len(acked) == 2 and sum(acked) >= 2000  # both pairs report acknowledgements
     assert f'connect_task_state{{connector="{name}",state="RUNNING",task="0"}} 1.0' in metrics
     lagging = {line.split("partition=")[1].split(",")[0] for line in metrics.splitlines()
                if line.startswith(f'connect_partition_lag_records{{connector="{name}"')}
