@@ -202,6 +202,7 @@ class PipelineRuntime:
                                       t.source_config, sink_task, t.sink_config, self.dlq_config(t.sink_config),
                                       self.settings.runner, token,
                                       offset_syncs_config=self.offset_syncs_config(t.sink_config),
+                                      sink_connector_class=self.pipeline.sink_class,
                                       secrets=self._secrets))
         return specs, tokens
 

@@ -43,9 +43,9 @@ from typing import Any
 import attrs
 import orjson
 
-from connect.errors import RetriableError
+from connect.errors import ConnectError, RetriableError
 from connect.secrets import Redactor, install_log_redaction
-from connect.sink import SinkTask, SinkTaskContext
+from connect.sink.side import SideWriter
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, REASON_SHOWN, EpochResult
 from connect.tasks.runner import TaskPairRunner
@@ -77,6 +77,8 @@ class TaskPairSpec:
     token: str = ""  # fencing token: the driver accepts this attempt's result only
     offsets: dict[str, dict[str, Any]] | None = None  # fixed offsets (tests); None: ask the driver
     offset_syncs_config: dict[str, Any] | None = None  # the sink's config writing offset syncs
+    # builds the side writers (dead letters, offset syncs) from dlq_config / offset_syncs_config
+    sink_connector_class: type | None = None
     secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
 
 
@@ -149,15 +151,18 @@ def _offset_lookup(spec: TaskPairSpec, control: ControlAddress | None):
 
 
 def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str):
-    """Builds another instance of the pair's sink task (dead-letter or offset-syncs writer)."""
+    """Builds the side writer of the pair's sink connector (:mod:`connect.sink.side`) for the
+    dead-letter or offset-syncs topic (``config["topic"]``), with that side's own client settings."""
     if config is None:
         return None
+    cls = spec.sink_connector_class
 
-    def build() -> SinkTask:
-        task = spec.sink_task_class()
-        task.context = SinkTaskContext(f"{spec.connector}-{spec.task}-{role}", config)
-        task.start(config, task.context)
-        return task
+    def build() -> SideWriter:
+        writer = cls.side_writer(config, config["topic"]) if cls is not None else None
+        if writer is None:  # validation refuses this; a spec built by hand may not
+            raise ConnectError(f"{spec.connector}: the sink connector {getattr(cls, '__name__', cls)} has no side "
+                               f"writer for the {role} topic {config['topic']!r} (see connect.sink.side)")
+        return writer
 
     return build
 

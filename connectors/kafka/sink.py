@@ -35,7 +35,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
-from connect.errors import ConnectError, RetriableError, RetriesExhaustedError
+from connect.errors import ConnectError, DeliveryError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
@@ -94,11 +94,6 @@ def is_permanent(err: KafkaError) -> bool:
     transient: a wrong guess then costs retries (and, past errors.retry.timeout, a restart),
     never a skipped record."""
     return not err.fatal() and err.code() in _PERMANENT
-
-
-class DeliveryError(ConnectError):
-    """The target refused one record for good (too large, invalid, not authorized)."""
-
 
 
 class KafkaSinkConnector(SinkConnector):

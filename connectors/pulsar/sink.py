@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.errors import ConfigIssue, ConnectError, DeliveryError, RetriableError
 from connect.records import ConnectRecord, ValueSchema
 from connect.sink import QueuedOutcomes, SinkTask
 from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
@@ -48,7 +48,7 @@ from connectors.pulsar.names import PULSAR_NAMES
 from connectors.pulsar.schemas import SchemaIncompatibleError, producer_schema
 from connectors.pulsar.source import partition_topic, split_partition
 
-__all__ = ["PulsarSinkConnector", "PulsarSinkTask", "DeliveryError"]
+__all__ = ["PulsarSinkConnector", "PulsarSinkTask"]
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,6 @@ CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
     .define("compression.type", Type.STRING, "none", "none, lz4, zlib, zstd or snappy.",
             validator=one_of("none", "lz4", "zlib", "zstd", "snappy"))
 )
-
-
-class DeliveryError(ConnectError):
-    """The target refused one record for good (too big, not authorized, invalid)."""
 
 
 def _results():

@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.errors import ConfigIssue, ConnectError, DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
@@ -47,7 +47,7 @@ from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, c
 from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
 from connectors.rocketmq.names import ROCKETMQ_NAMES
 
-__all__ = ["RocketMQSinkConnector", "RocketMQSinkTask", "DeliveryError"]
+__all__ = ["RocketMQSinkConnector", "RocketMQSinkTask"]
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,6 @@ CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
     .define("auto.create.topics", Type.BOOLEAN, False,
             "Create missing target topics with the source's queue count before the first epoch.")
 )
-
-
-class DeliveryError(ConnectError):
-    """The broker refused one record for good."""
 
 
 class RocketMQSinkConnector(SinkConnector):

@@ -14,7 +14,7 @@ from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySourceTask
 from connectors.kafka import KafkaSinkTask
-from connectors.kafka.sink import DeliveryError
+from connect.errors import DeliveryError
 
 SP = {"topic": "src", "partition": 0}
 

@@ -7,7 +7,8 @@ import orjson
 import pytest
 
 from connect.records import make_record, partition_key
-from connect.sink import SinkTask, SinkTaskContext
+from connect.errors import DeliveryError
+from connect.sink.side import SideWriter
 from connect.tasks.offsetsync import AckedPositions, OffsetSync, OffsetSyncEmitter, decode_sync
 from connectors.replicator.syncstore import SyncStore, Translation
 
@@ -78,26 +79,30 @@ def test_acked_positions_keep_the_newest_per_target_partition():
     assert (off1, pos1) == ({"offset": 4}, 3)
 
 
-class Collecting(SinkTask):
-    def __init__(self):
-        super().__init__()
+class Collecting(SideWriter):
+    def __init__(self, topic="syncs"):
+        super().__init__(topic)
         self.records = []
 
-    def start(self, config, context):
-        pass
-
-    def put(self, records):
+    def send(self, records, deadline):
         self.records.extend(records)
 
-    def flush(self, offsets):
+    def flush(self, deadline):
         return True
+
+
+class Refusing(Collecting):
+    """Every record refused for good: counted as failed, never raised."""
+
+    def send(self, records, deadline):
+        for r in records:
+            self._fail(r, DeliveryError("refused"))
 
 
 def test_emitter_spaces_syncs_and_writes_the_final_position_once_idle(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr("connect.tasks.offsetsync.time.monotonic", lambda: clock[0])
     writer = Collecting()
-    writer.context = SinkTaskContext("w", {})
     acked = AckedPositions()
     emitter = OffsetSyncEmitter(acked, lambda: writer, topic="syncs", source_alias="A", target_alias="B",
                                 interval_ms=1000, name="t")
@@ -119,20 +124,24 @@ def test_emitter_spaces_syncs_and_writes_the_final_position_once_idle(monkeypatc
 
 def test_emitter_survives_a_failing_writer():
     class Broken(Collecting):
-        def put(self, records):
+        def send(self, records, deadline):
             raise RuntimeError("broker gone")
 
     acked = AckedPositions()
-    emitter = OffsetSyncEmitter(acked, lambda: _started(Broken()), topic="s", source_alias="A", target_alias="B",
+    emitter = OffsetSyncEmitter(acked, Broken, topic="s", source_alias="A", target_alias="B",
                                 interval_ms=10, name="t")
     acked.ack(rec(1), "orders", 0, 1)
     emitter.emit()  # does not raise: syncs are advisory
     assert emitter.failed == 1
 
 
-def _started(task):
-    task.context = SinkTaskContext("w", {})
-    return task
+def test_emitter_counts_syncs_the_broker_refused():
+    acked = AckedPositions()
+    emitter = OffsetSyncEmitter(acked, Refusing, topic="s", source_alias="A", target_alias="B",
+                                interval_ms=10, name="t")
+    acked.ack(rec(1), "orders", 0, 1)
+    assert emitter.emit() == 1
+    assert emitter.metrics() == {"offset_syncs.emitted": 1.0, "offset_syncs.failed": 1.0}
 
 
 @pytest.mark.parametrize("value, why", [(b"{", "JSONDecodeError"), (orjson.dumps({"source": {}}), "KeyError")])
