@@ -21,10 +21,9 @@ from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 
 __all__ = [
     "BytesConverter", "ConfigDef", "ConfigError", "ConfigIssue", "ConfigKey", "ConnectError", "ConnectRecord",
-    "Connector", "ConnectorContext", "ConversionError", "Converter", "DeliveryError", "ErrantRecordReporter", "Importance",
-    "JsonConverter", "OffsetStorageReader", "PluginError", "RetriableError", "RetriesExhaustedError", "SideWriter", "SinkConnector",
-    "SinkTask",
-    "SinkTaskContext", "SourceConnector", "SourceTask", "SourceTaskContext", "StringConverter", "TaskFailedError",
-    "Type",
+    "Connector", "ConnectorContext", "ConversionError", "Converter", "DeliveryError", "ErrantRecordReporter",
+    "Importance", "JsonConverter", "OffsetStorageReader", "PluginError", "RetriableError",
+    "RetriesExhaustedError", "SideWriter", "SinkConnector", "SinkTask", "SinkTaskContext", "SourceConnector",
+    "SourceTask", "SourceTaskContext", "StringConverter", "TaskFailedError", "Type",
 ]
 __version__ = "0.1.0"

@@ -21,8 +21,8 @@ from connect.connector import SinkConnector, SourceConnector
 from connect.errors import RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTask
-from connect.sink.side import SideWriter
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
+from connect.sink.side import SideWriter
 from connect.source import SourceTask
 
 __all__ = ["MemorySourceConnector", "MemorySourceTask", "MemorySinkConnector", "MemorySinkTask", "MemorySideWriter"]

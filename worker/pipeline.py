@@ -41,6 +41,7 @@ from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
 from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
 from connect.secrets import MASK, Redactor, is_secret_name
+from connect.sink.side import side_output_issues
 from connect.tasks.origin import OriginChain
 from worker.settings import FrameworkSettings
 
@@ -289,6 +290,8 @@ def _target_name_issues(source_cls: type[SourceConnector], source_cfg: Mapping[s
         origin = OriginChain.for_policy(settings.runner)
         received = [t for t in (origin.target_topic(n) if origin else n for n in named) if t is not None]
         issues.extend(i._replace(key=f"sink.{i.key}") for i in sink_cls.target_issues(sink_own, received))
+    issues.extend(side_output_issues(sink_cls, {"errors.deadletterqueue.topic.name": settings.dlq_topic,
+                                                 "offset.syncs.topic": settings.runner.offset_syncs_topic}))
     for key, topic, overrides, what in (
             ("errors.deadletterqueue.topic.name", settings.dlq_topic, dlq, "every dead-lettered record"),
             ("offset.syncs.topic", settings.runner.offset_syncs_topic, {}, "every offset sync")):

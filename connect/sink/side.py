@@ -37,13 +37,16 @@ dead-letter topic or an offset-syncs topic: the pipeline's validation refuses th
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 from typing import Mapping, Sequence
 
-from connect.errors import ConfigIssue
+from connect.errors import ConfigIssue, RetriableError
 from connect.records import ConnectRecord
 
-__all__ = ["SideWriter", "Failure", "writes_side_outputs", "side_output_issues"]
+__all__ = ["SideWriter", "AsyncSideWriter", "QueuedSideWriter", "Failure", "writes_side_outputs", "side_output_issues",
+           "time_left"]
 
 Failure = tuple[ConnectRecord, BaseException]
 
@@ -84,6 +87,90 @@ class SideWriter:
         self.send(records, deadline)
         complete = self.flush(deadline)
         return self.take_failures(), complete
+
+
+class AsyncSideWriter(SideWriter):
+    """A side writer over a client that sends without waiting: ``send`` hands records over one by
+    one (``_send_one``), at most ``max_pending`` without an outcome; each outcome is settled with
+    ``_settled(record, error or None)`` on the caller's thread. Subclasses implement ``_send_one``
+    (raise what the client raised), ``_refusal`` (that exception as the record's error: a
+    :class:`~connect.errors.RetriableError` stops the batch, in order) and ``_serve(timeout)``
+    (settle the outcomes that arrived, waiting at most ``timeout`` seconds for some)."""
+
+    def __init__(self, topic: str, max_pending: int = 10_000) -> None:
+        super().__init__(topic)
+        self._pending = 0  # records sent whose outcome was not settled yet
+        self._max_pending = max_pending
+
+    def _send_one(self, record: ConnectRecord) -> None:
+        raise NotImplementedError
+
+    def _refusal(self, record: ConnectRecord, exc: Exception) -> BaseException:
+        raise NotImplementedError
+
+    def _serve(self, timeout: float) -> None:
+        raise NotImplementedError
+
+    def _settled(self, record: ConnectRecord, error: BaseException | None) -> None:
+        self._pending -= 1
+        if error is not None:
+            self._fail(record, error)
+
+    def send(self, records: Sequence[ConnectRecord], deadline: float) -> None:
+        for i, r in enumerate(records):
+            while self._pending >= self._max_pending:
+                left = time_left(deadline)
+                if left <= 0:
+                    break
+                self._serve(min(left, 0.05))
+            if self._pending >= self._max_pending:
+                error: BaseException = RetriableError(
+                    f"{self._pending} records to {self.topic} without an outcome until the deadline; "
+                    f"{len(records) - i} not sent yet")
+            else:
+                try:
+                    self._send_one(r)
+                    self._pending += 1
+                    continue
+                except Exception as exc:  # noqa: BLE001 - classified by the broker's writer
+                    error = self._refusal(r, exc)
+            if isinstance(error, RetriableError):  # this record and the rest wait, in order
+                for rest in records[i:]:
+                    self._fail(rest, error)
+                return
+            self._fail(r, error)
+
+    def flush(self, deadline: float) -> bool:
+        self._serve(0)
+        while self._pending > 0:
+            left = time_left(deadline)
+            if left <= 0:
+                return False
+            self._serve(min(left, 0.2))
+        return True
+
+
+class QueuedSideWriter(AsyncSideWriter):
+    """An :class:`AsyncSideWriter` whose client reports outcomes on a thread of its own (callbacks,
+    futures): they only queue them (``_arrive``); ``_serve`` settles them on the caller's thread."""
+
+    def __init__(self, topic: str, max_pending: int = 10_000) -> None:
+        super().__init__(topic, max_pending)
+        self._outcomes: collections.deque = collections.deque()
+        self._arrived = threading.Event()
+
+    def _arrive(self, record: ConnectRecord, error: BaseException | None) -> None:
+        self._outcomes.append((record, error))
+        self._arrived.set()
+
+    def _serve(self, timeout: float) -> None:
+        outcomes = self._outcomes
+        if not outcomes and timeout > 0:
+            self._arrived.clear()
+            if not outcomes:
+                self._arrived.wait(timeout)
+        while outcomes:
+            self._settled(*outcomes.popleft())
 
 
 def time_left(deadline: float) -> float:

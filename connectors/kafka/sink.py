@@ -119,6 +119,12 @@ class KafkaSinkConnector(SinkConnector):
     def task_class(cls) -> type:
         return KafkaSinkTask
 
+    @classmethod
+    def side_writer(cls, config: Mapping[str, Any], topic: str):
+        from connectors.kafka.side import KafkaSideWriter
+
+        return KafkaSideWriter(config, topic)
+
 
 class KafkaSinkTask(SinkTask):
     def start(self, config: Mapping[str, Any], context) -> None:

@@ -85,6 +85,12 @@ class RocketMQSinkConnector(SinkConnector):
     def task_class(cls) -> type:
         return RocketMQSinkTask
 
+    @classmethod
+    def side_writer(cls, config: Mapping[str, Any], topic: str):
+        from connectors.rocketmq.side import RocketMQSideWriter
+
+        return RocketMQSideWriter(config, topic)
+
     def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
         cfg = CONFIG.parse(self.config)
         if getattr(self, "_names", None) is None:  # kept: each rename is announced once
@@ -146,6 +152,8 @@ def _creation_broker(client) -> str:
 
 
 class _Target:
+    """A target topic's writable queues and their brokers' addresses (the sink's and its side writer's)."""
+
     __slots__ = ("topic", "queues", "addrs", "names", "rr")
 
     def __init__(self, topic: str, route) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from connect.records import make_record, partition_key
 from connect.errors import DeliveryError
+from connect.records import make_record, partition_key
 from connect.sink.side import SideWriter
 from connect.tasks.offsetsync import AckedPositions, OffsetSync, OffsetSyncEmitter, decode_sync
 from connectors.replicator.syncstore import SyncStore, Translation
