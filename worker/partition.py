@@ -79,6 +79,7 @@ class TaskPairSpec:
     offset_syncs_config: dict[str, Any] | None = None  # the sink's config writing offset syncs
     # builds the side writers (dead letters, offset syncs) from dlq_config / offset_syncs_config
     sink_connector_class: type | None = None
+    dlq_connector_class: type | None = None  # dlq.connector.class; None: the sink connector
     secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
 
 
@@ -150,12 +151,11 @@ def _offset_lookup(spec: TaskPairSpec, control: ControlAddress | None):
     return lambda keys: client.request("offsets", connector=spec.connector, keys=keys)
 
 
-def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str):
+def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str, cls: type | None):
     """Builds the side writer of the pair's sink connector (:mod:`connect.sink.side`) for the
     dead-letter or offset-syncs topic (``config["topic"]``), with that side's own client settings."""
     if config is None:
         return None
-    cls = spec.sink_connector_class
 
     def build() -> SideWriter:
         writer = cls.side_writer(config, config["topic"]) if cls is not None else None
@@ -172,8 +172,8 @@ def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner
         connector=spec.connector, task_id=spec.task, source=spec.source_task_class(), sink=spec.sink_task_class(),
         source_config=spec.source_config, sink_config=spec.sink_config, policy=spec.policy,
         offsets=spec.offsets, offset_lookup=_offset_lookup(spec, control),
-        dlq_factory=_writer_factory(spec, spec.dlq_config, "dlq"),
-        offset_syncs_factory=_writer_factory(spec, spec.offset_syncs_config, "offset-syncs"),
+        dlq_factory=_writer_factory(spec, spec.dlq_config, "dlq", spec.dlq_connector_class or spec.sink_connector_class),
+        offset_syncs_factory=_writer_factory(spec, spec.offset_syncs_config, "offset-syncs", spec.sink_connector_class),
         stop_requested=_stop_flag(control, spec.connector))
 
 

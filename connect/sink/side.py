@@ -30,9 +30,10 @@ acknowledged it (:meth:`SideWriter.write` returned no failure and was complete);
 record stays unresolved and its source partition's offset does not move (at least once). Offset
 syncs are best effort: they are sent without waiting, their failures are counted and logged.
 
-A sink connector without a side writer (a file, a database, a user's sink) cannot have a
-dead-letter topic or an offset-syncs topic: the pipeline's validation refuses those keys for it
-(:func:`side_output_issues`).
+A sink connector without a side writer (a file, a database, a user's sink) has no cluster to
+keep side outputs in: the pipeline's validation refuses ``offset.syncs.topic`` for it, and
+``errors.deadletterqueue.topic.name`` unless ``dlq.connector.class`` names a broker sink whose side
+writer keeps the dead letters (its keys then given as ``dlq.*``) - :func:`side_output_issues`.
 """
 
 from __future__ import annotations
@@ -197,8 +198,9 @@ def side_output_issues(sink_connector_class: type, topics: Mapping[str, str]) ->
         if not topic:
             continue
         if key == "errors.deadletterqueue.topic.name":
-            instead = ("remove it, or let the source's failed-message hooks (dismiss_failed_msgs / "
-                       "customer_failed_msgs) or errors.tolerance=all decide about refused records")
+            instead = ("name the broker that keeps the dead letters with dlq.connector.class and its keys as dlq.* "
+                       "(e.g. dlq.connector.class=kafka and dlq.bootstrap.servers), or remove the key and let the "
+                       "source's failed-message hooks or errors.tolerance=all decide about refused records")
         else:
             instead = "remove it (offset syncs are written to the target cluster of a replication flow)"
         issues.append(ConfigIssue(key, None, (
