@@ -64,7 +64,7 @@ class PartitionedSourceConnector(SourceConnector):
                                           "must be epoch milliseconds >= 0 when start.position=timestamp"))
         return issues
 
-    # Connectors that list partitions through a pooled client (connect.clientpool.SharedClients)
+    # Connectors that list partitions through a pooled client (connect.clientpool.ClientPool)
     # set these two and get ``start``/``stop``: the parsed config in ``_cfg``, the client in ``_client``.
     client_pool = None
     client_key: Any = None  # staticmethod: parsed config -> the pool's key for its client
