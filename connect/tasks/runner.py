@@ -47,6 +47,7 @@ from connect.converters import BytesConverter, converter_for
 from connect.errors import ConnectError, ConversionError, RetriableError, RetriesExhaustedError, TaskFailedError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
+from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.failures import FailedRecordHandler
 from connect.tasks.offsetsync import AckedPositions, OffsetSyncEmitter
@@ -137,8 +138,8 @@ class TaskPairRunner:
                  source_config: Mapping[str, Any], sink_config: Mapping[str, Any], policy: RunnerPolicy,
                  offsets: Mapping[str, Mapping[str, Any]] | None = None,
                  offset_lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
-                 dlq_factory: Callable[[], SinkTask] | None = None,
-                 offset_syncs_factory: Callable[[], SinkTask] | None = None,
+                 dlq_factory: Callable[[], SideWriter] | None = None,
+                 offset_syncs_factory: Callable[[], SideWriter] | None = None,
                  stop_requested: Callable[[], bool] = lambda: False):
         self.connector = connector
         self.task_id = task_id

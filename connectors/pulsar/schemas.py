@@ -48,7 +48,8 @@ class SchemaLookup:
             return found
         pulsar = self._pulsar
         try:
-            info = self._client._client.get_schema_info(topic, version)  # CommandGetSchema
+            # CommandGetSchema; no public API: pulsar.Client has no call for a schema by version.
+            info = self._client._client.get_schema_info(topic, version)
         except (pulsar.Timeout, pulsar.ConnectError, pulsar.ServiceUnitNotReady,
                 pulsar.AlreadyClosed, pulsar.LookupError) as exc:
             raise RetriableError(f"schema version {version} of {topic}: no answer from the source broker "
