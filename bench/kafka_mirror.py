@@ -10,7 +10,10 @@ topic (2 partitions), so the ratios compare like with like:
   offsets (task start, drain and Spark job overhead included). The Spark session and its Python
   workers are started, and the one-time epoch that persists start positions has run, before timing.
 
-Usage: python bench/kafka_mirror.py [--records 200000] [--rounds 2] [--value-size 100]
+Usage: python bench/kafka_mirror.py [--records 200000] [--rounds 2] [--value-size 100] [--offset-syncs MAX_LAG]
+
+``--offset-syncs 100`` measures instead what offset syncs cost: a replication flow of 1 task with
+``offset.syncs.topic`` against the same flow without it, side by side per round.
 """
 
 from __future__ import annotations
@@ -69,11 +72,34 @@ def raw_loop(src: str, dst: str, topic: str, target: str, records: int) -> float
     return elapsed
 
 
-def framework_epoch(spark, src: str, dst: str, topic: str, target: str, records: int, tasks: int) -> float:
+def framework_epoch(spark, src: str, dst: str, topic: str, target: str, records: int, tasks: int,
+                    **extra: str) -> float:
     return timed_epoch(spark, f"bench-{target}", {
         "source.connector.class": "kafka", "source.bootstrap.servers": src, "source.topics": topic,
         "source.refresh.topics.interval.ms": "0",
-        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target}, records, tasks)
+        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target, **extra}, records, tasks)
+
+
+def offset_syncs_rounds(spark, a: str, b: str, topic: str, records: int, rounds: int, max_lag: int) -> None:
+    """A replication flow (cluster aliases set) of 1 task with ``offset.syncs.topic`` against the same
+    flow without it, side by side per round: what the offset syncs (one every ``max_lag`` records
+    per partition) cost per record."""
+    replication = {"source.cluster.alias": "A", "sink.cluster.alias": "B"}
+    times: dict[str, list[float]] = {"plain": [], "syncs": []}
+    for rnd in range(rounds):
+        times["plain"].append(framework_epoch(spark, a, b, topic, f"rp-{rnd}", records, 1, **replication))
+        times["syncs"].append(framework_epoch(spark, a, b, topic, f"rs-{rnd}", records, 1, **replication,
+                                              **{"offset.syncs.topic": f"syncs-{rnd}",
+                                                 "offset.syncs.max.lag": str(max_lag)}))
+        print(f"round {rnd + 1}: without syncs {records / times['plain'][-1]:,.0f} msg/s, with syncs "
+              f"{records / times['syncs'][-1]:,.0f} msg/s | with/without {times['plain'][-1] / times['syncs'][-1]:.3f}",
+              flush=True)
+    paired = statistics.median(p / s for p, s in zip(times["plain"], times["syncs"], strict=True))
+    extra_us = (statistics.median(times["syncs"]) - statistics.median(times["plain"])) / records * 1e6
+    print()
+    print(f"offset syncs every {max_lag} records per partition ({records // max_lag:,} syncs per run)")
+    print(f"ratio with syncs / without   {paired:.3f} median of rounds   (target >= 0.95)")
+    print(f"cost per record              {extra_us:+.2f} us (median times)")
 
 
 def main() -> None:
@@ -81,6 +107,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--offset-syncs", type=int, default=0, metavar="MAX_LAG",
+                    help="instead: a replication flow with offset.syncs.topic (offset.syncs.max.lag=MAX_LAG) "
+                         "against the same flow without it")
     args = ap.parse_args()
     records = args.records - args.records % PARTITIONS
 
@@ -90,6 +119,10 @@ def main() -> None:
         fill_kafka(a.bootstrap, topic, records, args.value_size, PARTITIONS)
         spark = build_spark("local[2]", {"spark.ui.enabled": "false"}, app_name="bench")
         spark.sparkContext.parallelize(range(2), 2).map(lambda x: x).collect()  # start Python workers
+        if args.offset_syncs:
+            offset_syncs_rounds(spark, a.bootstrap, b.bootstrap, topic, records, args.rounds, args.offset_syncs)
+            spark.stop()
+            return
         times: dict[str, list[float]] = {"raw": [], "fw1": [], "fw2": []}
         for rnd in range(args.rounds):
             times["raw"].append(raw_loop(a.bootstrap, b.bootstrap, topic, f"raw-{rnd}", records))

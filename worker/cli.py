@@ -16,6 +16,7 @@ from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
 from connect.errors import ConfigError, ConnectError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
+from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.pipeline import PipelineConfig, load_pipeline_file
 from worker.replicatorcli import app as replicators_app
 from worker.restcli import app as connectors_app
@@ -205,7 +206,7 @@ def validate(
 
 @app.command()
 def plugins() -> None:
-    """List the connectors this installation can load."""
+    """List the connectors, transforms and predicates this installation can load."""
     for info in list_plugins():
         kind = "source" if info.name.endswith("-source") else "sink" if info.name.endswith("-sink") else "?"
         version = "?"
@@ -215,6 +216,12 @@ def plugins() -> None:
         except ConnectError as exc:
             version = f"unloadable: {exc}"
         typer.echo(f"{info.name:<20} {kind:<7} {version:<10} {info.target}  [{info.origin}]")
+    for t in list_transform_plugins():
+        try:
+            version = resolve_plugin(t.kind, t.name).version()
+        except ConnectError as exc:
+            version = f"unloadable: {exc}"
+        typer.echo(f"{t.name:<24} {t.kind:<14} {version:<10} {t.target}  [{t.origin}]")
 
 
 @app.command("rocketmq-broker")

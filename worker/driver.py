@@ -205,7 +205,7 @@ class PipelineRuntime:
                                       offset_syncs_config=self.offset_syncs_config(t.sink_config),
                                       sink_connector_class=self.pipeline.sink_class,
                                       dlq_connector_class=self.pipeline.dlq_class,
-                                      secrets=self._secrets))
+                                      secrets=self._secrets, transforms=self.pipeline.transforms))
         return specs, tokens
 
     def next_restart_in(self) -> float | None:

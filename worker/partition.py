@@ -49,6 +49,8 @@ from connect.sink.side import SideWriter
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, REASON_SHOWN, EpochResult
 from connect.tasks.runner import TaskPairRunner
+from connect.tasks.stages import build_chain
+from connect.transforms.chain import TransformsConfig
 from worker.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
 __all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id"]
@@ -81,6 +83,7 @@ class TaskPairSpec:
     sink_connector_class: type | None = None
     dlq_connector_class: type | None = None  # dlq.connector.class; None: the sink connector
     secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
+    transforms: TransformsConfig | None = None  # the connector's transforms and predicates, parsed
 
 
 @attrs.frozen
@@ -167,6 +170,14 @@ def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str
     return build
 
 
+def _stages(spec: TaskPairSpec):
+    """The pair's stage chain with its own instances of the connector's transforms (None: the default chain)."""
+    if not spec.transforms:
+        return None
+    steps, closers = spec.transforms.build()
+    return build_chain(spec.policy, spec.source_config, spec.sink_config, steps, closers)
+
+
 def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner:
     return TaskPairRunner(
         connector=spec.connector, task_id=spec.task, source=spec.source_task_class(), sink=spec.sink_task_class(),
@@ -174,7 +185,7 @@ def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner
         offsets=spec.offsets, offset_lookup=_offset_lookup(spec, control),
         dlq_factory=_writer_factory(spec, spec.dlq_config, "dlq", spec.dlq_connector_class or spec.sink_connector_class),
         offset_syncs_factory=_writer_factory(spec, spec.offset_syncs_config, "offset-syncs", spec.sink_connector_class),
-        stop_requested=_stop_flag(control, spec.connector))
+        stages=_stages(spec), stop_requested=_stop_flag(control, spec.connector))
 
 
 def _evict(key: tuple[str, int]) -> None:

@@ -43,6 +43,8 @@ from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedR
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.sink.side import side_output_issues, writes_side_outputs
 from connect.tasks.origin import OriginChain
+from connect.transforms.chain import TransformsConfig, is_transforms_key, parse_transforms
+from connect.transforms.chain import secret_keys as transforms_secret_keys
 from worker.settings import FrameworkSettings
 
 __all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file",
@@ -105,6 +107,10 @@ PIPELINE_CONFIG = (
             "checkpoint connector's offset translation); written with the sink's connector. Empty: none.")
     .define("offset.syncs.interval.ms", Type.INT, 1_000,
             "Most often an offset sync is written per source partition and target partition.", validator=at_least(10))
+    .define("offset.syncs.max.lag", Type.INT, 100,
+            "An offset sync is also written whenever a source partition moved more than this many records (into "
+            "one target partition) since its last one, whatever the interval: a consumer group is translated with "
+            "at most this many records read again (MirrorMaker 2's offset.lag.max).", validator=at_least(1))
     .define("replicator.id", Type.STRING, "", "Set by replicator onboarding (PIP-18): the replicator this "
             "connector belongs to (with replicator.namespace, .type, .region and .topic).")
     .define("replicator.namespace", Type.STRING, "", "PIP-18: the namespace the replicator was added for.")
@@ -148,6 +154,7 @@ class PipelineConfig:
     provided_values: frozenset[str] = frozenset()  # values that came from config providers (masked too)
     # dlq.connector.class: the broker sink writing dead letters, dlq_overrides its whole config
     dlq_class: type[SinkConnector] | None = None
+    transforms: TransformsConfig = TransformsConfig()  # the transforms/predicates keys, parsed
 
     def config_hash(self) -> str:
         return hashlib.sha256(orjson.dumps(self.raw, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
@@ -166,7 +173,7 @@ def _secret_keys(flat: Mapping[str, str], classes: Mapping[str, type | None]) ->
     sides = {**classes, "dlq": classes.get("dlq") or classes.get("sink")}
     declared = {f"{side}.{name}" for side, cls in sides.items() if cls is not None
                 for name in cls.config_def().secret_names()}
-    return {k for k in flat if k in declared or is_secret_name(k)}
+    return {k for k in flat if k in declared or is_secret_name(k)} | transforms_secret_keys(flat)
 
 
 def _scrub(issues: list[ConfigIssue], flat: Mapping[str, str], classes: Mapping[str, type | None]) -> list[ConfigIssue]:
@@ -229,7 +236,7 @@ def _unknown_pipeline_key(key: str, classes: Mapping[str, type | None]) -> Confi
     sides = [f"{kind}.{key}" for kind, cls in classes.items()
              if cls is not None and (key in cls.config_def() or cls.config_def().passes_through(key))]
     hint = " or ".join(sides or [f"source.{key}", f"sink.{key}"])
-    close = difflib.get_close_matches(key, [k.name for k in PIPELINE_CONFIG.keys()], n=1)
+    close = difflib.get_close_matches(key, [k.name for k in PIPELINE_CONFIG.keys()] + ["transforms", "predicates"], n=1)
     if close:
         hint += f" (connector keys take their side's prefix) or the framework key {close[0]}"
     return ConfigIssue(key, None, f"unknown pipeline key; did you mean {hint}?")
@@ -255,8 +262,10 @@ def parse_pipeline(document: Any, *, source: str | None = None,
         raise ConfigError(issues, source=source)
     flat = _flat_strings(config, issues)
     issues.extend(client_policy.check(flat))
-    own = {k: v for k, v in flat.items() if not k.startswith(_PREFIXES)}
+    own = {k: v for k, v in flat.items() if not k.startswith(_PREFIXES) and not is_transforms_key(k)}
     issues.extend(PIPELINE_CONFIG.validate(own))
+    transforms, transform_issues = parse_transforms(flat)  # transforms.* / predicates.* (connect.transforms)
+    issues.extend(transform_issues)
     source_cls, source_cfg = _resolve_side(flat, "source", issues)
     sink_cls, sink_cfg = _resolve_side(flat, "sink", issues)
     classes = {"source": source_cls, "sink": sink_cls}
@@ -275,6 +284,7 @@ def parse_pipeline(document: Any, *, source: str | None = None,
     return PipelineConfig(
         name=name, settings=settings, source_class=source_cls, source_config=source_cfg,
         sink_class=sink_cls, sink_config=sink_cfg, dlq_overrides=dlq, raw=flat, dlq_class=dlq_cls,
+        transforms=transforms,
     )
 
 

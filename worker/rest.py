@@ -28,6 +28,7 @@ from connect.config import NO_DEFAULT
 from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
+from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
 from worker.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 
@@ -90,8 +91,8 @@ async def _body(request: Request) -> Any:
     return body
 
 
-def _bool_param(request: Request, name: str) -> bool:
-    value = request.query_params.get(name, "false").lower()
+def _bool_param(request: Request, name: str, default: str = "false") -> bool:
+    value = request.query_params.get(name, default).lower()
     if value not in ("true", "false"):
         raise BadRequest(f"query parameter {name}: must be true or false, not {value!r}")
     return value == "true"
@@ -329,7 +330,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
 
     # -- plugins ----------------------------------------------------------------------------
     @app.get("/connector-plugins")
-    async def plugins():
+    async def plugins(request: Request):
         out = []
         for info in list_plugins():
             kind = _plugin_kind(info.name)
@@ -340,6 +341,13 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
             except ConnectError:
                 continue
             out.append({"class": info.target.replace(":", "."), "type": kind, "version": version, "alias": info.name})
+        if not _bool_param(request, "connectorsOnly", "true"):  # Kafka Connect's parameter
+            for t in list_transform_plugins():
+                try:
+                    version = resolve_plugin(t.kind, t.name).version()
+                except ConnectError:
+                    continue
+                out.append({"class": t.target.replace(":", "."), "type": t.kind, "version": version, "alias": t.name})
         return out
 
     @app.get("/connector-plugins/{plugin}/config")

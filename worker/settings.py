@@ -63,6 +63,7 @@ class FrameworkSettings:
                 policy_separator=values["replication.policy.separator"],
                 offset_syncs_topic=values["offset.syncs.topic"],
                 offset_syncs_interval_ms=values["offset.syncs.interval.ms"],
+                offset_syncs_max_lag=values["offset.syncs.max.lag"],
             ),
             restart=RestartPolicy(values["errors.restart.backoff.ms"], values["errors.restart.backoff.max.ms"]),
             dlq_topic=values["errors.deadletterqueue.topic.name"],

@@ -38,37 +38,77 @@ log = logging.getLogger(__name__)
 
 
 class AckedPositions:
-    """Fed by a sink's acknowledgements: the newest stored record per (source partition, target partition).
+    """Fed by a sink's acknowledgements, per (source partition, target partition): the newest stored
+    record, and the *distance points* - the first acknowledged record, then one record every
+    ``max_lag`` acknowledged records - each of which becomes an offset sync.
+
+    Distance is counted in acknowledged records of the (source partition, target partition), not in
+    source offsets: it is the same for every broker (a Pulsar message id has no arithmetic), costs one
+    increment and one comparison per record, and it is exactly what a consumer translated with the
+    previous point reads again in that target partition (a compacted or filtered source skips offsets
+    but not target records).
 
     A sync must say "every later record of this source partition is stored after ``d``", which holds
     for records that land in the order they were sent. A record sent *again* (a transient failure
     re-sent by the runner, a batch the sink re-sends record by record) may land after records that
-    were polled later, so its acknowledgement is not used: the runner and the sinks mark such records
-    with ``resent`` before sending them again. And an entry only moves when its target position grows
-    - acknowledgements served out of order never move it back."""
+    were polled later, so its acknowledgement gives no sync (it is still counted: it is in the target):
+    the runner and the sinks mark such records with ``resent`` before sending them again. And an entry
+    only moves when its target position grows - acknowledgements served out of order never move it back.
 
-    __slots__ = ("latest", "resent")
+    Bounded: at most ``limit`` points wait per entry for the emitter (which takes them at every
+    commit point); past that the waiting points are thinned (every other one dropped, the oldest kept)
+    and ``thinned`` counts what was dropped."""
 
-    def __init__(self) -> None:
-        # (id(source partition), target topic, label) -> [source partition, source offset, target position]
+    __slots__ = ("latest", "resent", "max_lag", "limit", "thinned")
+
+    def __init__(self, max_lag: int = 100, limit: int = 1024) -> None:
+        # (id(source partition), target topic, label) ->
+        #     [source partition, source offset, target position, acknowledged count, next point at, points]
+        # with points: [(source offset, target position), ...] not yet taken by the emitter
         self.latest: dict[tuple, list] = {}
         self.resent: set[int] = set()  # id() of records sent again: their acknowledgements are not used
+        self.max_lag = max(int(max_lag), 1)
+        self.limit = max(int(limit), 2)
+        self.thinned = 0
 
     def mark_resent(self, records) -> None:
         self.resent.update(map(id, records))
 
     def ack(self, record: ConnectRecord, topic: str, label: Any, position: Any) -> None:
         """``record`` is stored at ``position`` of ``(topic, label)`` (called once per acknowledged record)."""
-        if self.resent and id(record) in self.resent:
-            self.resent.discard(id(record))
-            return
         key = (id(record.source_partition), topic, label)
         entry = self.latest.get(key)
-        if entry is None:
-            self.latest[key] = [record.source_partition, record.source_offset, position]
-        elif position > entry[2]:  # positions only grow within a target partition
-            entry[1] = record.source_offset
+        if self.resent and id(record) in self.resent:
+            self.resent.discard(id(record))
+            if entry is not None:
+                entry[3] += 1
+            return
+        if entry is None:  # the first acknowledged record always gives a sync
+            offset = record.source_offset
+            self.latest[key] = [record.source_partition, offset, position, 1, 1 + self.max_lag, [(offset, position)]]
+            return
+        entry[3] += 1
+        if position > entry[2]:  # positions only grow within a target partition
+            entry[1] = offset = record.source_offset
             entry[2] = position
+            if entry[3] >= entry[4]:  # moved max_lag records since the last sync
+                entry[4] = entry[3] + self.max_lag
+                points = entry[5]
+                points.append((offset, position))
+                if len(points) > self.limit:
+                    self._thin(points)
+
+    def _thin(self, points: list) -> None:
+        """The emitter fell behind: keep every other waiting point (the oldest and the newest stay)."""
+        kept = points[::2]
+        if kept[-1] is not points[-1]:
+            kept.append(points[-1])
+        self.thinned += len(points) - len(kept)
+        points[:] = kept
+
+    def synced(self, entry: list) -> None:
+        """The newest record of ``entry`` was written as a sync: the distance counts from it."""
+        entry[4] = entry[3] + self.max_lag
 
 
 class OffsetSync:
@@ -129,20 +169,34 @@ class OffsetSyncEmitter:
         self.failed = 0
 
     def _due(self, now: float) -> list[ConnectRecord]:
+        """Per (source partition, target partition): its distance points, then its newest record if
+        it moved and no sync was written for ``offset.syncs.interval.ms`` (so an idle partition ends
+        with its newest record synced)."""
         out = []
         ts = int(time.time() * 1000)
-        for key, (sp, offset, position) in self.positions.latest.items():
+        for key, entry in self.positions.latest.items():
+            sp, points = entry[0], entry[5]
             written = self._written.get(key)
+            if points:
+                for offset, position in points:
+                    out.append(self._sync(key, sp, offset, position, ts))
+                written = self._written[key] = (points[-1][1], now)
+                points.clear()
+            position = entry[2]
             if written is not None and (written[0] == position or now - written[1] < self.interval):
                 continue
             self._written[key] = (position, now)
-            value = orjson.dumps({
-                "source": {"alias": self.source_alias, "topic": sp.get("topic"), "partition": sp, "offset": offset},
-                "target": {"alias": self.target_alias, "topic": key[1], "partition": key[2], "position": position},
-                "ts": ts})
-            label = f"{self.source_alias}:{partition_key(sp)}->{key[1]}:{key[2]}"
-            out.append(make_record(self.topic, label.encode(), value, None, ts, self._partition, {"ts": ts}, 0))
+            self.positions.synced(entry)
+            out.append(self._sync(key, sp, entry[1], position, ts))
         return out
+
+    def _sync(self, key: tuple, sp: dict, offset: Any, position: Any, ts: int) -> ConnectRecord:
+        value = orjson.dumps({
+            "source": {"alias": self.source_alias, "topic": sp.get("topic"), "partition": sp, "offset": offset},
+            "target": {"alias": self.target_alias, "topic": key[1], "partition": key[2], "position": position},
+            "ts": ts})
+        label = f"{self.source_alias}:{partition_key(sp)}->{key[1]}:{key[2]}"
+        return make_record(self.topic, label.encode(), value, None, ts, self._partition, {"ts": ts}, 0)
 
     def emit(self) -> int:
         """Write the syncs that are due; serve the writer's outcomes. Never raises."""
@@ -176,7 +230,8 @@ class OffsetSyncEmitter:
                 pass
 
     def metrics(self) -> Mapping[str, float]:
-        return {"offset_syncs.emitted": float(self.emitted), "offset_syncs.failed": float(self.failed)}
+        return {"offset_syncs.emitted": float(self.emitted), "offset_syncs.failed": float(self.failed),
+                "offset_syncs.thinned": float(self.positions.thinned)}
 
     def close(self) -> None:
         writer = self._writer

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from connect.records import ConnectRecord, make_record
 
-__all__ = ["OriginChain", "DEFAULT_ORIGIN_PROPERTY", "chain_of", "local_topic_name"]
+__all__ = ["OriginChain", "OriginStage", "DEFAULT_ORIGIN_PROPERTY", "chain_of", "local_topic_name"]
 
 DEFAULT_ORIGIN_PROPERTY = "ROCKETMQ_REPLICATOR_SOURCE"
 
@@ -112,3 +112,24 @@ class OriginChain:
             append(make_record(topic, r.key, r.value, kept, r.timestamp, r.source_partition, r.source_offset,
                                r.partition, r.value_schema))
         return out, dropped
+
+
+class OriginStage:
+    """The replication flow's stage (``connect.tasks.stages``): drops what would loop or is too many
+    hops away, appends the source alias to the chain and names the target topic."""
+
+    name = "replication"
+
+    def __init__(self, chain: OriginChain):
+        self.chain = chain
+
+    @classmethod
+    def for_policy(cls, policy) -> OriginStage | None:
+        chain = OriginChain.for_policy(policy)
+        return None if chain is None else cls(chain)
+
+    def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
+        return self.chain.apply(batch)[0]
+
+    def close(self) -> None:
+        pass

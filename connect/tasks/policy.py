@@ -39,6 +39,7 @@ class RunnerPolicy:
     # Offset syncs (``connect.tasks.offsetsync``): where acknowledged records landed, for checkpoints.
     offset_syncs_topic: str = ""  # empty: none written
     offset_syncs_interval_ms: int = 1_000
+    offset_syncs_max_lag: int = 100  # a sync at least every this many records per (source, target) partition
 
     @property
     def retries_forever(self) -> bool:

@@ -43,18 +43,17 @@ import traceback
 from collections import Counter, deque
 from typing import Any, Callable, Mapping
 
-from connect.converters import BytesConverter, converter_for
-from connect.errors import ConnectError, ConversionError, RetriableError, RetriesExhaustedError, TaskFailedError
-from connect.records import ConnectRecord, make_record, partition_key
+from connect.errors import ConnectError, RetriableError, RetriesExhaustedError, TaskFailedError
+from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.failures import FailedRecordHandler
 from connect.tasks.offsetsync import AckedPositions, OffsetSyncEmitter
-from connect.tasks.origin import OriginChain
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
 from connect.tasks.retry import EpochOver, RetryPolicy
+from connect.tasks.stages import StageChain, build_chain
 
 __all__ = ["TaskPairRunner"]
 
@@ -69,32 +68,6 @@ _DELIVERY = "delivery"  # retry clock of transient delivery failures
 def _payload_bytes(batch) -> int:
     """Key + value bytes of a batch holding None or non-bytes payloads."""
     return sum(len(x) for r in batch for x in (r.key, r.value) if isinstance(x, (bytes, bytearray, str)))
-
-
-class _SideConverters:
-    """Source-side decode + sink-side encode for keys and values; None when all are bytes."""
-
-    def __init__(self, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, Any]):
-        self.src_key = converter_for(source_cfg.get("key.converter", "bytes"))
-        self.src_value = converter_for(source_cfg.get("value.converter", "bytes"))
-        self.sink_key = converter_for(sink_cfg.get("key.converter", "bytes"))
-        self.sink_value = converter_for(sink_cfg.get("value.converter", "bytes"))
-
-    @property
-    def identity(self) -> bool:
-        return all(isinstance(c, BytesConverter) for c in (self.src_key, self.src_value, self.sink_key, self.sink_value))
-
-    def convert(self, r: ConnectRecord) -> ConnectRecord:
-        try:
-            key = self.sink_key.to_bytes(self.src_key.from_bytes(r.key))
-        except ConversionError as exc:
-            raise ConversionError(f"key of record {r.position()}: {exc}") from None
-        try:
-            value = self.sink_value.to_bytes(self.src_value.from_bytes(r.value))
-        except ConversionError as exc:
-            raise ConversionError(f"value of record {r.position()}: {exc}") from None
-        return make_record(r.topic, key, value, r.headers, r.timestamp, r.source_partition, r.source_offset,
-                           r.partition, r.value_schema)
 
 
 class _Generation:
@@ -140,6 +113,7 @@ class TaskPairRunner:
                  offset_lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
                  dlq_factory: Callable[[], SideWriter] | None = None,
                  offset_syncs_factory: Callable[[], SideWriter] | None = None,
+                 stages: StageChain | None = None,
                  stop_requested: Callable[[], bool] = lambda: False):
         self.connector = connector
         self.task_id = task_id
@@ -147,7 +121,9 @@ class TaskPairRunner:
         self.source = source
         self.sink = sink
         self.policy = policy
-        self._converters = _SideConverters(source_config, sink_config)
+        # poll -> stages (replication, converters, transforms) -> put; ``stages`` given by the worker
+        # (with the connector's transforms) or built from the policy and the converters
+        self._chain = stages if stages is not None else build_chain(policy, source_config, sink_config)
         self._stop_requested = stop_requested
         self._dlq_factory = dlq_factory
         self._reporter = ErrantRecordReporter()
@@ -160,7 +136,6 @@ class TaskPairRunner:
         self._returned_offsets: dict | None = None
         self._async = type(sink).checkpoint is not SinkTask.checkpoint
         self._checkpoint_every = max(policy.max_in_flight_records // 4, 1)
-        self._origin = OriginChain.for_policy(policy)
         # -- carried across epochs --
         self._polled: dict[int, ConnectRecord] = {}  # id(source_partition) -> last record polled, this generation
         self._put = 0  # records put in this generation
@@ -178,7 +153,7 @@ class TaskPairRunner:
         self._resend_at = 0.0
         self._awaiting: dict[str, int] = {}  # partition key of a re-sent record -> generation it went out in
         self._permanent: list[tuple[ConnectRecord, BaseException]] = []  # not yet resolved (DLQ busy)
-        self._conversion_failures: list[tuple[ConnectRecord, BaseException]] = []
+        self._stage_failures: list[tuple[ConnectRecord, BaseException]] = []  # records a stage could not handle
         self._deadline = float("inf")
         self._acked_ts: dict[str, int] = {}  # partition key -> timestamp of its newest acknowledged record
         self._carry: _Carry | None = None  # the next epoch, opened by ``pump``
@@ -189,7 +164,7 @@ class TaskPairRunner:
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
         self._syncs: OffsetSyncEmitter | None = None
         if policy.offset_syncs_topic and offset_syncs_factory is not None:
-            self.sink.context.positions = AckedPositions()
+            self.sink.context.positions = AckedPositions(policy.offset_syncs_max_lag)
             self._syncs = OffsetSyncEmitter(
                 self.sink.context.positions, offset_syncs_factory, topic=policy.offset_syncs_topic,
                 source_alias=policy.source_alias, target_alias=policy.target_alias,
@@ -364,11 +339,10 @@ class TaskPairRunner:
         """Poll and put until the epoch's time or record budget is spent, or a stop is requested."""
         max_in_flight = self.policy.max_in_flight_records
         checkpoint_every = self._checkpoint_every if self._async else max_in_flight
-        convert = None if self._converters.identity else self._converters.convert
-        conversion_failures = self._conversion_failures
+        chain = self._chain.apply if self._chain else None
+        stage_failures = self._stage_failures
         retry, time_left = self._retry, self._time_left
         polled = self._polled
-        origin = self._origin
         halt = self._halt
         while stats.records < max_records:
             if halt.is_set():
@@ -396,19 +370,18 @@ class TaskPairRunner:
             batch = retry.call("source poll", self.source.poll, time_left)
             if not batch:
                 continue
-            # Last record per source partition; offsets follow what was polled, converted or
-            # not: a record that failed conversion advances its partition only once resolved.
+            # Last record per source partition; offsets follow what was polled, whatever the stages
+            # make of it: a record a stage failed advances its partition only once resolved.
             last = {id(r.source_partition): r for r in batch}
             polled.update(last)
             if last.keys() - self._opened_ids.keys():
                 self._open_new_partitions(last)
-            if origin is not None:  # replication: extend the origin chain, drop what would loop
-                batch, dropped = origin.apply(batch)
-                stats.filtered += dropped
-                if not batch:
-                    continue
-            if convert is not None:
-                batch = self._convert(batch, convert, conversion_failures, stats)
+            if chain is not None:  # replication, converters, transforms
+                batch, dropped, failed = chain(batch)
+                if dropped:
+                    stats.filtered += dropped
+                if failed:
+                    stage_failures.extend(failed)
                 if not batch:
                     continue
             try:
@@ -450,15 +423,6 @@ class TaskPairRunner:
         if self._resend:
             wait = min(wait, max(self._resend_at - time.monotonic(), 0.0))
         self.sink.wait_outcomes(wait)
-
-    def _convert(self, batch, convert, failures: list, stats: EpochStats) -> list[ConnectRecord]:
-        out = []
-        for r in batch:
-            try:
-                out.append(convert(r))
-            except ConversionError as exc:
-                failures.append((r, exc))
-        return out
 
     def _open_new_partitions(self, last: dict[int, ConnectRecord]) -> None:
         """Call ``sink.open`` once per new source partition.
@@ -581,8 +545,8 @@ class TaskPairRunner:
             stats.acknowledged -= len(transient)
             self._uncounted -= len(transient)
             self._queue_resend(transient, stats)
-        new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._conversion_failures
-        self._conversion_failures = []
+        new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._stage_failures
+        self._stage_failures = []
         stats.errors += len(new_permanent)
         now_ms = time.time() * 1000
         for g in complete:
@@ -682,7 +646,8 @@ class TaskPairRunner:
         errors = []
         self._set_deadline(time.monotonic() + 1.0)  # a stopping sink may flush a little, not wait long
         syncs = self._syncs.close if self._syncs is not None else (lambda: None)
-        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, syncs, self.source.stop):
+        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, syncs, self._chain.close,
+                     self.source.stop):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - stop everything, report the first failure

@@ -3,7 +3,9 @@
 Committed offsets are read with the admin API (OffsetFetch: no group membership needed, so an
 active group is read as it runs) and written with AlterConsumerGroupOffsets, which the broker only
 accepts for a group without members - MirrorMaker 2's rule for ``sync.group.offsets`` too.
-A position is the next offset the group consumes; a record's order key is its offset.
+A position is the next offset the group consumes; a record's order key is its offset. A parked
+partition (position None: the group cannot be translated there) gets the earliest offset stored,
+only where the group has no committed offset.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 from typing import Any, Mapping, Sequence
 
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from connect.errors import RetriableError
 from connect.records import partition_key
@@ -75,8 +78,14 @@ class KafkaGroups(GroupPositions):
         if not targets or self.active(group):
             return []
         current = {(tp.topic, tp.partition): tp.offset for tp in self._committed(group)}
+        earliest = self._earliest([t for t, (position, _i) in targets.items()
+                                   if position is None and (t[0], int(t[1])) not in current])
         moves = []
         for (topic, part), (position, inclusive) in targets.items():
+            if position is None:  # parked: the earliest offset, only where the group has none
+                if (topic, int(part)) in current:
+                    continue
+                position = earliest[(topic, int(part))]
             new = int(position) + (0 if inclusive else 1)
             if current.get((topic, int(part)), -1) < new:
                 moves.append(TopicPartition(topic, int(part), new))
@@ -85,6 +94,15 @@ class KafkaGroups(GroupPositions):
         self._result(f"altering offsets of group {group}", self._admin.alter_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group, moves)], request_timeout=self._timeout))
         return [(tp.topic, tp.partition) for tp in moves]
+
+    def _earliest(self, targets: Sequence[TargetPartition]) -> dict[tuple[str, int], int]:
+        """The earliest offset still stored of each partition (ListOffsets: earliest)."""
+        if not targets:
+            return {}
+        tps = [TopicPartition(topic, int(part)) for topic, part in targets]
+        found = self._result("earliest offsets", self._admin.list_offsets(
+            {tp: OffsetSpec.earliest() for tp in tps}, request_timeout=self._timeout))
+        return {(tp.topic, tp.partition): max(int(info.offset), 0) for tp, info in zip(tps, found, strict=True)}
 
     def close(self) -> None:
         admin, self._admin = self._admin, None

@@ -222,10 +222,12 @@ class PulsarGroups(GroupPositions):
             self._release(consumers)
         return [named[name] for name, done in zip(named, moved, strict=True) if done]
 
-    def _move(self, consumer, name: str, group: str, target: TargetPartition, position: Sequence[int],
+    def _move(self, consumer, name: str, group: str, target: TargetPartition, position: Sequence[int] | None,
               inclusive: bool) -> bool:
         """Moves one partition's subscription forward to ``position``; whether it moved."""
         pulsar = self._pulsar
+        if position is None:  # parked: the subscription was created at the earliest if it did not exist
+            return False
         ledger, entry, batch = (int(v) for v in position)
         index = int(target[1])
         if inclusive:

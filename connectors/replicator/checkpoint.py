@@ -54,6 +54,12 @@ log = logging.getLogger(__name__)
 
 _CONNECTION_KEY = {"kafka": "bootstrap.servers", "pulsar": "service.url", "rocketmq": "namesrv.addr"}
 _PLAIN_NAME = re.compile(r"[\w.\-%|]+")
+_NO_SYNC, _BEHIND = "no-sync-yet", "behind-oldest-sync"
+_WHY = {_NO_SYNC: "has no offset sync yet (the mirror has copied nothing of this partition, or its syncs are not "
+                  "in the offset-syncs topic)",
+        _BEHIND: "is before every offset sync known (the mirror started after it, or older syncs left the "
+                 "offset-syncs topic by retention)"}
+_SHOWN = 50  # untranslated (group, partition) gauges reported at most
 
 CONFIG = (
     ConfigDef()
@@ -149,8 +155,13 @@ class CheckpointSourceTask(SourceTask):
         self._emitted: dict[tuple, tuple] = {}  # (group, source key, target) -> (source position, translation)
         self._next_at = time.monotonic()
         self.counts = {"checkpoint.syncs": 0, "checkpoint.syncs.invalid": 0, "checkpoint.syncs.other.flows": 0,
-                       "checkpoint.groups": 0, "checkpoint.emitted": 0, "checkpoint.untranslated": 0,
-                       "checkpoint.groups.busy": 0, "checkpoint.applied": 0, "checkpoint.targets.incomplete": 0}
+                       "checkpoint.groups": 0, "checkpoint.emitted": 0, "checkpoint.rounds": 0,
+                       "checkpoint.groups.busy": 0, "checkpoint.applied": 0, "checkpoint.parked": 0,
+                       "checkpoint.targets.incomplete": 0}
+        # (group, source partition key) -> why it is not translated: this round, the last whole round
+        self._untranslatable: dict[tuple, str] = {}
+        self._last_untranslatable: dict[tuple, str] = {}
+        self._reported: dict[tuple, str] = {}  # what was logged, so it is logged once
 
     # -- syncs -------------------------------------------------------------------------------
     def _read_syncs(self, until: float) -> None:
@@ -180,13 +191,18 @@ class CheckpointSourceTask(SourceTask):
             self.counts["checkpoint.groups.busy"] += 1
             return
         per_target: dict[tuple, dict[str, Translation]] = {}  # target -> source key -> translation
+        behind: set[str] = set()  # source partitions of the group behind every known sync
         for source_key, (sp, next_key) in positions.items():
             if not self.store.knows(source_key):
+                if str(sp.get("topic")) in topics:  # a replicated topic, nothing of this partition copied yet
+                    self._untranslated(group, source_key, next_key, _NO_SYNC)
                 continue
             translated = self.store.translate(source_key, next_key)
             if not translated:
-                self.counts["checkpoint.untranslated"] += 1
+                behind.add(source_key)
+                self._untranslated(group, source_key, next_key, _BEHIND)
                 continue
+            self._translated(group, source_key)
             for target, t in translated.items():
                 per_target.setdefault(target, {})[source_key] = t
                 memo = (group, source_key, target)
@@ -194,24 +210,47 @@ class CheckpointSourceTask(SourceTask):
                     continue
                 self._emitted[memo] = (next_key, t)
                 out.append(self._record(group, sp, next_key, target, t, ts))
-        if self.downstream is None or not per_target:
+        if self.downstream is None or not (per_target or behind):
             return
         # A target partition fed by several source partitions moves only when every one of them
         # translated (to the lowest of their translations): one left out could have records there
-        # before the others' positions.
+        # before the others' positions. One fed by a partition the group is behind every sync of is
+        # parked: at its earliest position if the group has none there, so a consumer failing over
+        # reads records again rather than skipping them (its reset policy could say "latest").
         lowest: dict[tuple, Translation] = {}
+        parked = {target for key in behind for target in self.store.targets_of(key)}
         for target, by_source in per_target.items():
             missing = self.store.sources_of(target) - by_source.keys()
             if missing:
-                self.counts["checkpoint.targets.incomplete"] += 1
+                if target not in parked:
+                    self.counts["checkpoint.targets.incomplete"] += 1
                 continue
             lowest[target] = min(by_source.values(), key=Translation.sort_key)
+        lowest.update((target, Translation(None, True)) for target in parked)
         if lowest:
             moved = self.downstream.apply(group, lowest)
-            self.counts["checkpoint.applied"] += len(moved)
+            self.counts["checkpoint.applied"] += sum(1 for m in moved if m not in parked)
+            self.counts["checkpoint.parked"] += sum(1 for m in moved if m in parked)
             if moved:
-                log.info("[%s] group %s moved in %s: %d partition(s)", self.context.task_id, group,
-                         self.downstream_alias, len(moved))
+                log.info("[%s] group %s moved in %s: %d partition(s)%s", self.context.task_id, group,
+                         self.downstream_alias, len(moved),
+                         f", {len(parked & set(moved))} parked at their earliest position" if parked else "")
+
+    # -- groups that cannot be translated: which, where, why ---------------------------------
+    def _untranslated(self, group: str, source_key: str, next_key: Any, why: str) -> None:
+        memo = (group, source_key)
+        self._untranslatable[memo] = why
+        if self._reported.get(memo) != why:
+            self._reported[memo] = why
+            oldest = self.store.oldest(source_key)
+            log.warning("[%s] group %s is not translated in %s: its next position %s %s%s", self.context.task_id,
+                        group, source_key, next_key, _WHY[why],
+                        f" (the oldest known is at {oldest})" if oldest is not None else "")
+
+    def _translated(self, group: str, source_key: str) -> None:
+        memo = (group, source_key)
+        if self._reported.pop(memo, None) is not None:
+            log.info("[%s] group %s is translated again in %s", self.context.task_id, group, source_key)
 
     def _record(self, group: str, sp: dict, next_key: Any, target: tuple, t: Translation, ts: int) -> ConnectRecord:
         value = orjson.dumps({
@@ -229,7 +268,7 @@ class CheckpointSourceTask(SourceTask):
         now = time.monotonic()
         until = now + min(0.5, self.context.time_left())
         self._read_syncs(until)
-        if now < self._next_at:
+        if now < self._next_at or not self.reader.caught_up:  # the whole history first: the oldest syncs count
             time.sleep(max(min(self._next_at - time.monotonic(), 0.1, self.context.time_left()), 0))
             return []
         self._next_at = now + self.interval
@@ -240,15 +279,27 @@ class CheckpointSourceTask(SourceTask):
         ts = int(time.time() * 1000)
         groups = self._groups()
         self.counts["checkpoint.groups"] = len(groups)
+        self.counts["checkpoint.rounds"] += 1
+        self._untranslatable = {}
         for group in groups:
             try:
                 self._checkpoint_group(group, topics, ts, out)
             except (RetriableError, ConnectError) as exc:
                 log.warning("[%s] group %s not checkpointed this round: %s", self.context.task_id, group, exc)
+                self._untranslatable.update((k, w) for k, w in self._last_untranslatable.items() if k[0] == group)
+        self._last_untranslatable = self._untranslatable
+        for memo in [m for m in self._reported if m not in self._untranslatable]:  # a group gone or moved on
+            del self._reported[memo]
         return out
 
     def metrics(self) -> Mapping[str, float]:
-        return {k: float(v) for k, v in self.counts.items()}
+        """The counters, and one gauge per (group, source partition) not translated (at most
+        ``_SHOWN``): ``checkpoint.untranslated|<group>|<source partition>|<why>`` = 1."""
+        out = {k: float(v) for k, v in self.counts.items()}
+        out["checkpoint.untranslated"] = float(len(self._last_untranslatable))
+        for (group, source_key), why in sorted(self._last_untranslatable.items())[:_SHOWN]:
+            out[f"checkpoint.untranslated|{group}|{source_key}|{why}"] = 1.0
+        return out
 
     def stop(self) -> None:
         for step in (self.reader.close, self.upstream.close, *([self.downstream.close] if self.downstream else [])):

@@ -13,7 +13,9 @@ per broker; what the checkpoint connector needs is that they compare within one 
   RocketMQ: ``(broker name, queue id)``), and a target position is what that sink reports too
   (Kafka offset, RocketMQ queue offset, Pulsar ``(ledger, entry, batch)``). ``apply`` moves a
   group to translated positions: ``(position, inclusive)`` - inclusive: the next record the group
-  consumes is the one at ``position``; not inclusive: the one after it.
+  consumes is the one at ``position``; not inclusive: the one after it. ``position`` None *parks*
+  the partition: the group gets the partition's earliest position if it has none there (a group
+  that cannot be translated must not leave a fail-over consumer to a reset policy that skips).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The replicator's helpers read small topics of their own (the offset syncs a chec
 translates with, the heartbeats an emitter echoes): the broker's source connector lists the
 topic's partitions and its task reads them, from the earliest or the latest position, with no
 committed offsets (nothing is persisted: a restart reads again from where ``start`` says). A topic
-that does not exist yet is looked for again every ``retry_s``.
+that does not exist yet is looked for again every ``retry_s``. ``caught_up`` tells when a poll
+found nothing more to read (the history written before it was read whole).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class TopicTail:
         self.task: SourceTask | None = None
         self._retry_s = retry_s
         self._retry_at = 0.0
+        self.caught_up = False  # a poll found nothing more: everything written before it was read
 
     def _open(self) -> SourceTask | None:
         config = {**self.client, "topics": self.topic, "start.position": self.start}
@@ -66,6 +68,7 @@ class TopicTail:
             self.task.context.deadline = until
             batch = self.task.poll()
             if not batch:
+                self.caught_up = True
                 break
             out.extend(batch)
         return out

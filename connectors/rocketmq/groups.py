@@ -203,12 +203,16 @@ class RocketMQGroups(GroupPositions):
                             f"topic {topic} has no route on {self._namesrv}" if route is None
                             else f"broker {broker} has no master in the route of {topic}")
                 continue
-            queues[target] = _Queue(address, topic, broker, int(queue), int(position) + (0 if inclusive else 1))
+            # parked (position None: the group cannot be translated there): offset 0, only where the group
+            # has none; a broker whose queue starts later answers the pull with its first offset
+            new = 0 if position is None else int(position) + (0 if inclusive else 1)
+            queues[target] = _Queue(address, topic, broker, int(queue), new)
         if not queues or self.active(group, (q.address for q in queues.values())):
             return []
         current = self._gather(queues, lambda t: self._query(queues[t].address, group, *queues[t].where),
                                lambda t: f"cannot read the offset of group {group} on {queues[t]}")
-        moves = {t: q for t, q in queues.items() if current[t] is None or current[t] < q.new}
+        moves = {t: q for t, q in queues.items()
+                 if current[t] is None or (targets[t][0] is not None and current[t] < q.new)}
         update = self._client.client.update_consumer_offset
         self._gather(moves, lambda t: update(moves[t].address, group, moves[t].topic, moves[t].queue, moves[t].new,
                                              broker_name=moves[t].broker),

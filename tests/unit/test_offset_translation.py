@@ -61,12 +61,37 @@ def test_thinning_keeps_recent_syncs_dense_and_the_first_forever():
     s = store(*(sync(u, u * 2) for u in range(1000)))
     key = partition_key(SP)
     history = s._syncs[key][("orders", 0)]
-    assert len(history.keys) <= 128
+    assert len(history.keys) < 1000
     assert history.keys[0] == 0  # the oldest stays: a group far behind still translates
-    assert history.keys[-32:] == list(range(968, 1000))  # the newest are all there
+    assert history.keys[-256:] == list(range(744, 1000))  # the newest are all there
     assert s.translate(key, 999) == {("orders", 0): Translation(1998, True)}
     t = s.translate(key, 3)[("orders", 0)]
     assert t.position <= 6 and not (t.position == 6 and not t.inclusive)  # conservative: never past record 3 (at 6)
+
+
+@pytest.mark.parametrize("order", ["in order", "shuffled"])
+def test_thinned_history_bounds_the_records_read_again_by_age(order):
+    """A sync every L=10 records; a group r syncs behind the newest re-reads at most L * 2^level(r)
+    (< L * (1 + r / 256)) records; memory grows with the logarithm of the history."""
+    import random
+
+    lag, n = 10, 20_000
+    syncs = [sync(u * lag, u * lag) for u in range(n)]
+    if order == "shuffled":  # syncs of several offset-syncs partitions interleave; replays come late
+        random.Random(7).shuffle(syncs[: n // 2])
+    s = store(*syncs)
+    key = partition_key(SP)
+    history = s._syncs[key][("orders", 0)]
+    levels = ((n - 1) // 256 + 1).bit_length()
+    assert len(history.keys) <= 256 * levels + 128 + 1
+    newest = (n - 1) * lag
+    for c in range(0, newest + 1, 7):
+        t = s.translate(key, c)[("orders", 0)]
+        assert t.position <= c and (t.inclusive or t.position < c)  # never past the group: no gap
+        r = (newest - c) // lag  # syncs behind the newest
+        bound = lag * (1 + r / 256) if order == "in order" else lag * (1 + 2 * r / 256)
+        assert c - t.position <= bound, (c, t, r)
+    assert s.translate(key, 0)[("orders", 0)] == Translation(0, True)
 
 
 def test_acked_positions_keep_the_newest_per_target_partition():
@@ -74,9 +99,32 @@ def test_acked_positions_keep_the_newest_per_target_partition():
     for offset, pos in ((1, 10), (3, 12), (2, 11)):  # acknowledgements may come out of order
         acked.ack(rec(offset), "orders", 0, pos)
     acked.ack(rec(4), "orders", 1, 3)
-    [(sp0, off0, pos0), (_sp1, off1, pos1)] = acked.latest.values()
-    assert (sp0, off0, pos0) == (SP, {"offset": 3}, 12)
-    assert (off1, pos1) == ({"offset": 4}, 3)
+    [e0, e1] = acked.latest.values()
+    assert (e0[0], e0[1], e0[2]) == (SP, {"offset": 3}, 12)
+    assert (e1[1], e1[2]) == ({"offset": 4}, 3)
+    assert e0[5] == [({"offset": 1}, 10)] and e1[5] == [({"offset": 4}, 3)]  # the first of each: a sync point
+
+
+def test_acked_positions_take_a_point_every_max_lag_records():
+    acked = AckedPositions(max_lag=100)
+    sp = dict(SP)
+    for i in range(1000):
+        acked.ack(rec(i, sp), "orders", 0, 5000 + i)
+    [entry] = acked.latest.values()
+    assert [o["offset"] for o, _p in entry[5]] == list(range(0, 1000, 100))  # the first, then every 100th
+    assert [p for _o, p in entry[5]] == list(range(5000, 6000, 100))
+    assert (entry[1], entry[2]) == ({"offset": 999}, 5999)
+
+
+def test_waiting_points_are_thinned_not_grown_when_the_emitter_falls_behind():
+    acked = AckedPositions(max_lag=1, limit=8)
+    sp = dict(SP)
+    for i in range(100):
+        acked.ack(rec(i, sp), "orders", 0, i)
+    [entry] = acked.latest.values()
+    offsets = [o["offset"] for o, _p in entry[5]]
+    assert len(offsets) <= 8 and offsets[0] == 0 and offsets == sorted(offsets)
+    assert acked.thinned == 100 - len(offsets)
 
 
 class Collecting(SideWriter):
@@ -119,7 +167,31 @@ def test_emitter_spaces_syncs_and_writes_the_final_position_once_idle(monkeypatc
     assert [(d.source_offset, d.position) for d in decoded] == [({"offset": 1}, 10), ({"offset": 2}, 11)]
     assert decoded[0].source_partition == SP and (decoded[0].source_alias, decoded[0].target_alias) == ("A", "B")
     assert all(r.topic == "syncs" for r in writer.records)
-    assert emitter.metrics() == {"offset_syncs.emitted": 2.0, "offset_syncs.failed": 0.0}
+    assert emitter.metrics() == {"offset_syncs.emitted": 2.0, "offset_syncs.failed": 0.0, "offset_syncs.thinned": 0.0}
+
+
+def test_emitter_writes_every_distance_point_of_a_backlog_acknowledged_at_once(monkeypatch):
+    """A backlog copied between two commit points still gets a sync every max_lag records (not one at its
+    end), and the newest record once the partition is idle for the interval."""
+    clock = [100.0]
+    monkeypatch.setattr("connect.tasks.offsetsync.time.monotonic", lambda: clock[0])
+    writer = _started(Collecting())
+    acked = AckedPositions(max_lag=100)
+    emitter = OffsetSyncEmitter(acked, lambda: writer, topic="syncs", source_alias="A", target_alias="B",
+                                interval_ms=1000, name="t")
+    sp = dict(SP)
+    for i in range(30_000):
+        acked.ack(rec(i, sp), "orders", 0, i)
+    assert emitter.emit() == 300
+    clock[0] += 1.5
+    assert emitter.emit() == 1  # idle: the newest
+    u = [decode_sync(r.value).source_offset["offset"] for r in writer.records]
+    assert u == [*range(0, 30_000, 100), 29_999]
+    assert max(b - a for a, b in zip(u, u[1:], strict=False)) <= 100
+    for i in range(30_000, 30_050):  # 50 more: the distance counts from the newest synced record
+        acked.ack(rec(i, sp), "orders", 0, i)
+    clock[0] += 0.1
+    assert emitter.emit() == 0
 
 
 def test_emitter_survives_a_failing_writer():
@@ -164,8 +236,9 @@ def test_a_record_sent_again_gives_no_sync():
     acked.ack(rec(20), "orders", 0, 109)
     acked.mark_resent([r10 := rec(10)])
     acked.ack(r10, "orders", 0, 110)
-    [(_sp, offset, position)] = acked.latest.values()
-    assert (offset, position) == ({"offset": 20}, 109)
+    [entry] = acked.latest.values()
+    assert (entry[1], entry[2]) == ({"offset": 20}, 109)
+    assert entry[5] == [({"offset": 20}, 109)] and entry[3] == 2  # no point from it, but it is counted
     assert not acked.resent  # forgotten once acknowledged
 
 
@@ -193,8 +266,9 @@ def _checkpoint_task(store_, positions):
     task.store, task.upstream, task.downstream = store_, _Upstream(positions), _Downstream()
     task.upstream_alias, task.downstream_alias, task.topic = "A", "B", "checkpoints"
     task.partition, task._emitted = {"checkpoint": "A->B"}, {}
-    task.counts = {k: 0 for k in ("checkpoint.emitted", "checkpoint.untranslated", "checkpoint.applied",
+    task.counts = {k: 0 for k in ("checkpoint.emitted", "checkpoint.applied", "checkpoint.parked",
                                   "checkpoint.targets.incomplete")}
+    task._untranslatable, task._last_untranslatable, task._reported = {}, {}, {}
     task.context = type("Ctx", (), {"task_id": "cp-0"})()
     return task
 
@@ -203,13 +277,37 @@ def test_a_target_partition_fed_by_two_source_partitions_moves_only_when_both_tr
     p0, p1 = {"topic": "orders", "broker": "a", "queue": 0}, {"topic": "orders", "broker": "b", "queue": 0}
     s = store(sync(100, 500, sp=p0), sync(50, 300, sp=p1))  # both feed ("orders", 0)
     # p1's group position (10) is before every known sync of p1: untranslated, so the target must not move
+    # past anything: it is parked (its earliest position, where the group has none)
     task = _checkpoint_task(s, {partition_key(p0): (p0, 101), partition_key(p1): (p1, 10)})
     out = []
     task._checkpoint_group("g", ["orders"], 1, out)
-    assert task.downstream.applied == [] and task.counts["checkpoint.targets.incomplete"] == 1
+    assert task.downstream.applied == [{("orders", 0): Translation(None, True)}]
+    assert task.counts["checkpoint.parked"] == 1 and task.counts["checkpoint.applied"] == 0
     assert len(out) == 1  # p0's own checkpoint record is still emitted
+    assert task._untranslatable == {("g", partition_key(p1)): "behind-oldest-sync"}
+    # one fed by a source partition the group has no position in: not moved
+    task = _checkpoint_task(s, {partition_key(p0): (p0, 101)})
+    task._checkpoint_group("g", ["orders"], 1, out := [])
+    assert task.downstream.applied == [] and task.counts["checkpoint.targets.incomplete"] == 1
     # both translate: the lowest of the two
     task = _checkpoint_task(s, {partition_key(p0): (p0, 101), partition_key(p1): (p1, 60)})
     task._checkpoint_group("g", ["orders"], 1, out := [])
     assert task.downstream.applied == [{("orders", 0): Translation(300, False)}]
     assert len({r.key for r in out}) == 2  # one key per source partition
+
+
+def test_an_untranslated_group_is_named_in_the_metrics_with_its_partition_and_why(caplog):
+    s = store(sync(100, 500))
+    other = {"topic": "orders", "partition": 1}  # a replicated topic's partition nothing was copied of yet
+    task = _checkpoint_task(s, {partition_key(SP): (SP, 40), partition_key(other): (other, 7)})
+    task.counts.update({"checkpoint.rounds": 0})
+    task._checkpoint_group("orders-app", ["orders"], 1, [])
+    task._last_untranslatable = task._untranslatable
+    m = task.metrics()
+    assert m["checkpoint.untranslated"] == 2.0
+    assert m[f"checkpoint.untranslated|orders-app|{partition_key(SP)}|behind-oldest-sync"] == 1.0
+    assert m[f"checkpoint.untranslated|orders-app|{partition_key(other)}|no-sync-yet"] == 1.0
+    warned = [r.getMessage() for r in caplog.records if "not translated" in r.getMessage()]
+    assert len(warned) == 2 and "oldest known is at 100" in " ".join(warned)
+    task._checkpoint_group("orders-app", ["orders"], 1, [])  # logged once per group, partition and reason
+    assert len([r for r in caplog.records if "not translated" in r.getMessage()]) == 2

@@ -1,0 +1,192 @@
+"""Stages: what happens to a polled batch between ``SourceTask.poll`` and ``SinkTask.put``.
+
+A task pair runs one :class:`StageChain`: the replication stages (origin-chain filter and append,
+hop limit, topic naming; ``connect.tasks.origin``), the source-side converters, the user's
+transforms and predicates (``connect.transforms``) and the sink-side converters, in that order.
+Each stage owns one concern; the runner only hands it batches and routes what comes out.
+
+The contract of :meth:`Stage.apply`:
+
+- it gets a batch (a list of records, in poll order) and returns the records to pass on, in
+  their order: a record it does not return is *dropped* (counted ``filtered``; its offset
+  advances like any delivered record's);
+- a record it cannot handle is appended to ``failures`` as ``(record, error)`` and not returned:
+  a *permanent* failure of that record only, routed like a record the sink refused (failed-message
+  hooks, then the dead-letter topic, then ``errors.tolerance``); the error's text names the stage;
+- it never raises for one bad record; an exception out of ``apply`` is a failure of the pair.
+
+Stages work on whole batches so a stage can act on a batch without touching every record (the
+replication filter needs only headers; a batch-native path can skip record building where no
+stage needs one). Per-record stages (converters, transforms) run together in one
+:class:`RecordStages` pass, so a failure reports the record as it was polled - what goes to the
+dead-letter topic is what the source gave, not a half-transformed copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from connect.converters import BytesConverter, converter_for
+from connect.errors import ConnectError, ConversionError
+from connect.records import ConnectRecord, make_record
+
+__all__ = ["Stage", "StageChain", "RecordStages", "StageError", "ConvertStage", "Failures"]
+
+Failures = list  # list[tuple[ConnectRecord, BaseException]]
+
+
+class StageError(ConnectError):
+    """A stage could not handle one record; its text names the stage and the record's position."""
+
+
+class Stage:
+    """One step of the chain; see the module doc for the contract."""
+
+    name = "stage"
+
+    def apply(self, batch: list[ConnectRecord], failures: Failures) -> list[ConnectRecord]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the stage holds; called once when the pair stops."""
+
+
+class RecordStages(Stage):
+    """Per-record steps run as one pass: each record goes through every step in turn; a step
+    returns the (possibly new) record, or None to drop it. A step that raises fails that record
+    only, with the step's name and the record's polled position in the reason."""
+
+    name = "record stages"
+
+    def __init__(self, steps: Sequence[tuple[str, Callable[[ConnectRecord], ConnectRecord | None]]],
+                 closers: Sequence[Callable[[], None]] = ()):
+        self.steps = list(steps)
+        self._closers = list(closers)
+
+    def apply(self, batch: list[ConnectRecord], failures: Failures) -> list[ConnectRecord]:
+        out = []
+        append = out.append
+        steps = self.steps
+        for original in batch:
+            r = original
+            for name, step in steps:
+                try:
+                    r = step(r)
+                except ConversionError as exc:
+                    failures.append((original, exc))
+                    r = None
+                except Exception as exc:  # noqa: BLE001 - one record fails, not the pair
+                    failures.append((original, StageError(f"{name} failed on record {original.position()}: "
+                                                          f"{type(exc).__name__}: {exc}")))
+                    r = None
+                if r is None:
+                    break
+            else:
+                append(r)
+        return out
+
+    def close(self) -> None:
+        for close in self._closers:
+            close()
+
+
+class ConvertStage:
+    """Source-side decode and sink-side encode of keys and values (``key.converter`` /
+    ``value.converter`` of each side). :attr:`identity` when every converter is ``bytes``."""
+
+    def __init__(self, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, Any]):
+        self.src_key = converter_for(source_cfg.get("key.converter", "bytes"))
+        self.src_value = converter_for(source_cfg.get("value.converter", "bytes"))
+        self.sink_key = converter_for(sink_cfg.get("key.converter", "bytes"))
+        self.sink_value = converter_for(sink_cfg.get("value.converter", "bytes"))
+
+    @property
+    def identity(self) -> bool:
+        return all(isinstance(c, BytesConverter) for c in (self.src_key, self.src_value, self.sink_key, self.sink_value))
+
+    @property
+    def decodes(self) -> bool:
+        return not (isinstance(self.src_key, BytesConverter) and isinstance(self.src_value, BytesConverter))
+
+    @property
+    def encodes(self) -> bool:
+        return not (isinstance(self.sink_key, BytesConverter) and isinstance(self.sink_value, BytesConverter))
+
+    def decode(self, r: ConnectRecord) -> ConnectRecord:
+        try:
+            key = self.src_key.from_bytes(r.key)
+        except ConversionError as exc:
+            raise ConversionError(f"key of record {r.position()}: {exc}") from None
+        try:
+            value = self.src_value.from_bytes(r.value)
+        except ConversionError as exc:
+            raise ConversionError(f"value of record {r.position()}: {exc}") from None
+        return _with(r, key, value)
+
+    def encode(self, r: ConnectRecord) -> ConnectRecord:
+        try:
+            key = self.sink_key.to_bytes(r.key)
+        except ConversionError as exc:
+            raise ConversionError(f"key of record {r.position()}: {exc}") from None
+        try:
+            value = self.sink_value.to_bytes(r.value)
+        except ConversionError as exc:
+            raise ConversionError(f"value of record {r.position()}: {exc}") from None
+        return _with(r, key, value)
+
+    def convert(self, r: ConnectRecord) -> ConnectRecord:
+        return self.encode(self.decode(r))
+
+
+def _with(r: ConnectRecord, key: Any, value: Any) -> ConnectRecord:
+    return make_record(r.topic, key, value, r.headers, r.timestamp, r.source_partition, r.source_offset,
+                       r.partition, r.value_schema)
+
+
+class StageChain:
+    """The stages of one pair, in order. :meth:`apply` returns (records to put, dropped, failures)."""
+
+    def __init__(self, stages: Sequence[Stage]):
+        self.stages = [s for s in stages if s is not None]
+
+    def __bool__(self) -> bool:
+        return bool(self.stages)
+
+    def apply(self, batch: list[ConnectRecord]) -> tuple[list[ConnectRecord], int, Failures]:
+        failures: Failures = []
+        n = len(batch)
+        for stage in self.stages:
+            batch = stage.apply(batch, failures)
+            if not batch:
+                break
+        return batch, n - len(batch) - len(failures), failures
+
+    def close(self) -> None:
+        for stage in self.stages:
+            try:
+                stage.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+
+def build_chain(policy, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, Any],
+                transforms: Sequence[tuple[str, Callable[[ConnectRecord], ConnectRecord | None]]] = (),
+                closers: Sequence[Callable[[], None]] = ()) -> StageChain:
+    """The chain of a pair: replication stages (when ``policy`` names both cluster aliases), then
+    decode, the transforms (``(name, apply)`` steps), encode."""
+    from connect.tasks.origin import OriginStage
+
+    stages: list[Stage] = []
+    origin = OriginStage.for_policy(policy)
+    if origin is not None:
+        stages.append(origin)
+    conv = ConvertStage(source_cfg, sink_cfg)
+    steps: list = []
+    if conv.decodes:
+        steps.append(("source converter", conv.decode))
+    steps.extend(transforms)
+    if conv.encodes:
+        steps.append(("sink converter", conv.encode))
+    if steps:
+        stages.append(RecordStages(steps, closers))
+    return StageChain(stages)

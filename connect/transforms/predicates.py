@@ -1,0 +1,59 @@
+"""Built-in predicates (KIP-585: TopicNameMatches, HasHeaderKey, RecordIsTombstone) and Filter,
+the transform that drops every record it applies to (so it is used with a predicate)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from connect.config import ConfigDef, Type, non_empty, valid_regex
+from connect.records import ConnectRecord
+from connect.transforms.base import Predicate, Transformation
+
+__all__ = ["TopicNameMatches", "HasHeaderKey", "RecordIsTombstone", "Filter"]
+
+
+class TopicNameMatches(Predicate):
+    """True for records whose topic matches ``pattern`` whole."""
+
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ConfigDef().define("pattern", Type.STRING, doc="Regular expression the whole topic name must match.",
+                                  validator=lambda v: non_empty(v) or valid_regex(v))
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        self.pattern = re.compile(config["pattern"])
+
+    def test(self, record: ConnectRecord) -> bool:
+        return self.pattern.fullmatch(record.topic) is not None
+
+
+class HasHeaderKey(Predicate):
+    """True for records with at least one header of that name."""
+
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ConfigDef().define("name", Type.STRING, doc="The header name.", validator=non_empty)
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        self.name = config["name"]
+
+    def test(self, record: ConnectRecord) -> bool:
+        return any(name == self.name for name, _ in record.headers or ())
+
+
+class RecordIsTombstone(Predicate):
+    """True for records whose value is None (a tombstone)."""
+
+    def test(self, record: ConnectRecord) -> bool:
+        return record.value is None
+
+
+class Filter(Transformation):
+    """Drops every record it applies to: give it a predicate (``transforms.NAME.predicate``).
+    A dropped record counts as ``filtered`` and its offset is committed."""
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        return None
