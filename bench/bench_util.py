@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 
@@ -11,8 +12,10 @@ from worker.spark import SparkExecutor
 from worker.store import OffsetStore
 
 
-def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partitions: int) -> None:
-    """Create ``topic`` and write ``records`` records round robin over its partitions (key = index)."""
+def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partitions: int,
+               headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Create ``topic`` and write ``records`` records round robin over its partitions (key = index),
+    each with ``headers`` (default: one small header)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -21,10 +24,11 @@ def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partit
         f.result()
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
     value = b"v" * value_size
+    headers = [("i", b"1")] if headers is None else headers
     for i in range(records):
         while True:
             try:
-                p.produce(topic, value, str(i).encode(), partition=i % partitions, headers=[("i", b"1")])
+                p.produce(topic, value, str(i).encode(), partition=i % partitions, headers=headers)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -58,3 +62,12 @@ def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: i
     assert not failed, failed[0]
     assert moved == records, f"framework moved {moved} of {records}"
     return elapsed
+
+
+def bench_args(doc: str, records: int, rounds: int = 2) -> argparse.Namespace:
+    """``--records``, ``--rounds`` and ``--value-size`` of a mirror benchmark (``doc``: its usage text)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=records)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--value-size", type=int, default=100)
+    return ap.parse_args()

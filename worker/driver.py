@@ -29,13 +29,15 @@ import orjson
 
 from connect.connector import ConnectorContext
 from connect.errors import ConnectError
-from connect.tasks.origin import OriginChain
 from connect.tasks.results import FAILED, RUNNING, EpochResult
+from connect.tasks.stages import target_counts, target_routes
+from connect.transforms.topics import unknown_note
 from worker.control import ControlServer
 from worker.lag import CommittedLag
 from worker.partition import TaskPairSpec
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.store import OffsetStore
+from worker.topology import with_topologies
 
 __all__ = ["Driver", "PipelineRuntime", "TaskState", "Executor"]
 
@@ -104,6 +106,7 @@ class PipelineRuntime:
         self.epoch = 0
         self.generation = ""
         self.last_job_error: Exception | None = None
+        self._told_unknown: set[str] = set()  # source topics whose per-record targets were logged
         self.configure_tasks()
 
     # -- tasks -------------------------------------------------------------------------------
@@ -131,16 +134,14 @@ class PipelineRuntime:
 
     def _received_names(self, topics: dict[str, int]) -> dict[str, int]:
         """The source topics as the sink receives their records: a replication flow renames them
-        (local names, the prefix policy) and drops those named after the target."""
-        origin = OriginChain.for_policy(self.settings.runner)
-        if origin is None:
-            return topics
-        out: dict[str, int] = {}
-        for topic, count in topics.items():
-            name = origin.target_topic(topic)
-            if name is not None:
-                out[name] = max(out.get(name, 0), count)
-        return out
+        (local names, the prefix policy) and drops those named after the target, then the
+        transforms rename or drop them (``connect.tasks.stages.target_routes``)."""
+        routes = target_routes(self.settings.runner, self.pipeline.transforms, topics)
+        note = unknown_note({t: r for t, r in routes.items() if t not in self._told_unknown})
+        if note:
+            self._told_unknown.update(routes)
+            log.info("connector %s: %s", self.name, note)
+        return target_counts(routes, topics)
 
     def waiting(self) -> str | None:
         """While the connector runs no task pair: why, in words (its source's ``waiting_for``)."""
@@ -394,7 +395,8 @@ class Driver:
         self.control.register("wanted", self._wanted_request)
         executor.attach(self.control)
         self.runtimes: list[PipelineRuntime] = []
-        for pipeline in pipelines:
+        # The flows of a replication group here take one path each (``worker.topology``).
+        for pipeline in with_topologies(pipelines):
             try:
                 self.runtimes.append(PipelineRuntime(pipeline, store, self.run_id))
             except ConnectError as exc:

@@ -48,6 +48,7 @@ from worker.driver import Executor, PipelineRuntime, connector_turn, unwanted_pa
 from worker.lag import REFRESH_S, CommittedLag
 from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
 from worker.store import TARGET_STATES, StoredStatus, Stores
+from worker.topology import flow_of, topologies, with_topology
 
 __all__ = ["Herder", "ConnectorNotFound", "ConnectorExists", "StateConflict", "BadRequest", "PAUSED", "STOPPED",
            "UNASSIGNED", "RESTARTING"]
@@ -55,6 +56,7 @@ __all__ = ["Herder", "ConnectorNotFound", "ConnectorExists", "StateConflict", "B
 log = logging.getLogger(__name__)
 
 PAUSED, STOPPED, UNASSIGNED, RESTARTING = "PAUSED", "STOPPED", "UNASSIGNED", "RESTARTING"
+_UNSET = object()
 
 
 class ConnectorNotFound(ConnectError):
@@ -101,6 +103,8 @@ class _Connector:
         self.restart_tasks: set[int] = set()
         self.published: dict[int, tuple] = {}  # task -> (state, trace) last written to the status store
         self.stopped_lag = CommittedLag()  # measured while STOPPED (no runtime)
+        self.flow = None  # (group, Flow) when it is a replication flow of a group (``worker.topology``)
+        self.topology: Any = _UNSET  # the topology its runtime was started with
 
     def change_pending(self) -> bool:
         return self.removed or self.rebuild or self.target != RUNNING or bool(self.restart_tasks)
@@ -122,6 +126,7 @@ class Herder:
         self._mutate = threading.Lock()  # serialises the operations that change connectors (store, then memory)
         self._connectors: dict[str, _Connector] = {}
         self._retiring: dict[str, _Connector] = {}  # deleted, their threads still ending their epoch
+        self._topologies: dict[str, Any] = {}  # connector -> the topology of its replication flow (worker.topology)
         self._stopping = threading.Event()
         self.started = threading.Event()
         self.redactor = Redactor()
@@ -163,11 +168,18 @@ class Herder:
     def start(self) -> None:
         """Resume every stored connector in its stored target state."""
         with self._mutate:
+            resumed = []
             for stored in self.stores.configs.connectors().values():
                 state = stored.target_state if stored.target_state in TARGET_STATES else RUNNING
-                with self._lock:
-                    if stored.name not in self._connectors:
-                        self._launch(_Connector(stored.name, dict(stored.config), state, 0))
+                if stored.name not in self._connectors:
+                    c = _Connector(stored.name, dict(stored.config), state, 0)
+                    c.flow = self._flow(stored.name, c.config)
+                    resumed.append(c)
+            with self._lock:  # every flow known before any starts: they take one path each from the first epoch
+                self._topologies = topologies({**{n: c.flow for n, c in self._connectors.items()},
+                                               **{c.name: c.flow for c in resumed}})
+                for c in resumed:
+                    self._launch(c)
             self.started.set()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -222,20 +234,24 @@ class Herder:
             raise BadRequest(f"$.initial_state: must be one of {', '.join(TARGET_STATES)}, not {initial_state!r}")
         config = _strings(config, "$.config")
         config.pop("name", None)
-        self.validate(name, config)
+        pipeline = self.validate(name, config)
         with self._mutate:
-            self._create(name, config, initial_state)
+            self._create(name, config, initial_state, flow_of(pipeline))
         log.info("connector %s created (%s)", name, initial_state)
         return self.info(name)
 
-    def _create(self, name: str, config: dict[str, Any], initial_state: str) -> None:
+    def _create(self, name: str, config: dict[str, Any], initial_state: str, flow) -> None:
         """Store, then launch (the caller holds ``_mutate`` and validated ``config``)."""
         self._await_retired(name)
         if name in self._connectors:
             raise ConnectorExists(f"Connector {name} already exists")
         self.stores.configs.put(name, config, initial_state)
+        c = _Connector(name, config, initial_state, 0)
+        c.flow = flow
         with self._lock:
-            self._launch(_Connector(name, config, initial_state, 0))
+            self._connectors[name] = c
+            self._retopologize()
+            self._launch(c)
 
     def put_config(self, name: str, config: Any) -> tuple[bool, dict[str, Any]]:
         """Create or update; True when it was created."""
@@ -248,8 +264,7 @@ class Herder:
             if created:
                 if problem := check_connector_name(name):
                     raise BadRequest(f"$.name: {problem}")
-                self.validate(name, config, path="$")
-                self._create(name, config, RUNNING)
+                self._create(name, config, RUNNING, flow_of(self.validate(name, config, path="$")))
             else:
                 self._update(name, config)
         log.info("connector %s %s", name, "created" if created else "reconfigured")
@@ -258,12 +273,14 @@ class Herder:
     def _update(self, name: str, config: dict[str, Any]) -> None:
         """Validate, store, then apply a new config of an existing connector (the caller holds ``_mutate``)."""
         c = self._get(name)
-        self.validate(name, config, path="$")
+        flow = flow_of(self.validate(name, config, path="$"))
         self.stores.configs.put(name, config)
         with self._lock:
             c.config = config
+            c.flow = flow
             c.rebuild = True
             c.wake.set()
+            self._retopologize()
         self._relaunch_if_dead(c)
 
     def patch_config(self, name: str, patch: Any) -> dict[str, Any]:
@@ -292,6 +309,7 @@ class Herder:
                 c.removed = True
                 c.wake.set()
                 self._retiring[name] = c
+                self._retopologize()
             try:
                 self.stores.statuses.delete(name)
             except ConnectError as exc:
@@ -327,6 +345,27 @@ class Herder:
             log.warning("connector %s: its thread had ended; starting a new one", c.name)
             with self._lock:
                 self._launch(c)
+
+    def _flow(self, name: str, config: dict[str, str]):
+        """What ``worker.topology.flow_of`` says of a stored config; None when it does not parse now
+        (then it is no edge of anyone's tree: the others keep delivering)."""
+        try:
+            return flow_of(self.validate(name, config))
+        except Exception as exc:  # noqa: BLE001 - invalid now (e.g. a provider is away): it starts FAILED anyway
+            log.warning("connector %s: not part of any replication topology: %s", name, self.redactor.redact(str(exc)))
+            return None
+
+    def _retopologize(self) -> None:
+        """The flows changed (one created, changed or deleted): a connector running with another
+        topology than its group's now is rebuilt (its pairs restart from their committed offsets).
+        The caller holds ``_lock``."""
+        self._topologies = tops = topologies({n: c.flow for n, c in self._connectors.items()})
+        for c in self._connectors.values():
+            if c.topology is not _UNSET and tops.get(c.name) != c.topology:
+                log.info("connector %s: its replication topology changed; restarting its task pairs", c.name)
+                c.topology = _UNSET
+                c.rebuild = True
+                c.wake.set()
 
     def restart(self, name: str, include_tasks: bool = False, only_failed: bool = False) -> dict[str, Any] | None:
         """Kafka Connect's restart (KIP-745); the status with RESTARTING instances, or None when only the
@@ -498,6 +537,9 @@ class Herder:
         pipeline = parse_pipeline({"name": c.name, "config": resolved}, client_policy=self.client_policy)
         pipeline = attrs.evolve(pipeline, provided_values=frozenset(secrets))
         self.redactor.add(pipeline.secret_values())
+        with self._lock:  # read with the lock _retopologize holds: a change after this rebuilds it
+            c.topology = self._topologies.get(c.name)
+        pipeline = with_topology(pipeline, c.topology)
         runtime = PipelineRuntime(pipeline, self.stores.offsets, f"{self.run_id}/{c.incarnation}/{c.starts}")
         with self._lock:
             c.provided_keys, c.secret_values = provided, secrets

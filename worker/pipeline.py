@@ -34,7 +34,7 @@ import attrs
 import orjson
 
 from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
-from connect.config import ConfigDef, Importance, Type, at_least, in_range, non_empty, one_of
+from connect.config import ConfigDef, Importance, Type, non_empty, one_of
 from connect.connector import SinkConnector, SourceConnector
 from connect.converters import CONVERTERS
 from connect.errors import ConfigError, ConfigIssue, PluginError
@@ -42,82 +42,17 @@ from connect.plugins import resolve_connector
 from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.sink.side import side_output_issues, writes_side_outputs
-from connect.tasks.origin import OriginChain
+from connect.tasks.stages import target_routes
 from connect.transforms.chain import TransformsConfig, is_transforms_key, parse_transforms
 from connect.transforms.chain import secret_keys as transforms_secret_keys
-from worker.settings import FrameworkSettings
+from connect.transforms.topics import routed_issues
+from worker.settings import FRAMEWORK_CONFIG, FrameworkSettings
 
 __all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file",
            "resolve_env_references", "check_connector_name"]
 
-_HOUR_MS = 3_600_000
-
-PIPELINE_CONFIG = (
-    ConfigDef()
-    .define("tasks.max", Type.INT, 1, "Most task pairs to run; the source connector may use fewer.",
-            importance=Importance.HIGH, validator=in_range(1, 1024))
-    .define("epoch.max.ms", Type.INT, 10_000, "Longest epoch: offsets are committed at least this often.",
-            validator=in_range(10, _HOUR_MS))
-    .define("epoch.max.records", Type.INT, 1_000_000, "The epoch ends once a task pair moved this many records "
-            "(the last poll's batch is always completed).",
-            validator=in_range(1, 1_000_000_000))
-    .define("max.in.flight.records", Type.INT, 100_000,
-            "Records put to the sink but not yet acknowledged before polling pauses for a flush.",
-            validator=in_range(1, 10_000_000))
-    .define("errors.retry.timeout", Type.INT, 30_000,
-            "Milliseconds a transient failure (poll, put, undelivered records) may last before the task pair is "
-            "FAILED and restarted with backoff; -1 = retry forever, 0 = fail at once. Nothing is ever skipped.",
-            validator=in_range(-1, 7 * 24 * _HOUR_MS))
-    .define("errors.retry.delay.max.ms", Type.INT, 5_000, "Longest wait between retries (backoff doubles from 100 ms).",
-            validator=in_range(1, _HOUR_MS))
-    .define("epoch.grace.ms", Type.INT, 2_000,
-            "Time after epoch.max.ms (or after a stop request) for the final flush and failed-record handling; "
-            "what is not acknowledged by then is committed in a later epoch.",
-            validator=in_range(0, _HOUR_MS))
-    .define("epoch.bridge.ms", Type.INT, 500,
-            "Between two epochs (while the result goes to the driver and the next one is scheduled) the pair "
-            "keeps moving records for at most this long, as part of the next epoch; 0 pauses it instead.",
-            validator=in_range(0, _HOUR_MS))
-    .define("errors.restart.backoff.ms", Type.INT, 1_000,
-            "First wait before a task pair FAILED by transient trouble is restarted; doubles per failed restart.",
-            validator=in_range(0, _HOUR_MS))
-    .define("errors.restart.backoff.max.ms", Type.INT, 60_000, "Longest wait between restarts of a task pair.",
-            validator=in_range(0, 24 * _HOUR_MS))
-    .define("errors.tolerance", Type.STRING, "none",
-            "none: a record that fails after retries, hooks and DLQ fails the task; all: skip and count it.",
-            validator=one_of("none", "all"))
-    .define("errors.log.enable", Type.BOOLEAN, False, "Log every failed record with its position and error.")
-    .define("errors.deadletterqueue.topic.name", Type.STRING, "",
-            "Topic that receives records the sink rejected (written with the sink's connector; dlq.* keys override).")
-    .define("errors.deadletterqueue.context.headers.enable", Type.BOOLEAN, True,
-            "Add __connect.errors.* headers (origin position, exception) to dead-lettered records.")
-    .define("target.cluster.alias", Type.STRING, "", "MirrorMaker 2's name for sink.cluster.alias (either may be set).")
-    .define("replication.origin.property", Type.STRING, "ROCKETMQ_REPLICATOR_SOURCE",
-            "Header / Pulsar property / RocketMQ user property holding the origin chain (RIP-45's name).",
-            validator=non_empty)
-    .define("replication.max.hops", Type.INT, 0, "Most copies a record may have been through already to be copied "
-            "again; 1 = only records born in the source cluster (a full mesh); 0 = no limit (a ring).",
-            validator=in_range(0, 64))
-    .define("replication.policy", Type.STRING, "identity",
-            "Target topic names: identity (same name) or prefix ({source alias}{separator}{topic}, MM2's default).",
-            validator=one_of("identity", "prefix"))
-    .define("replication.policy.separator", Type.STRING, ".", "Separator of the prefix policy.", validator=non_empty)
-    .define("offset.syncs.topic", Type.STRING, "",
-            "Topic in the target cluster that receives offset syncs (where replicated records landed, for the "
-            "checkpoint connector's offset translation); written with the sink's connector. Empty: none.")
-    .define("offset.syncs.interval.ms", Type.INT, 1_000,
-            "Most often an offset sync is written per source partition and target partition.", validator=at_least(10))
-    .define("offset.syncs.max.lag", Type.INT, 100,
-            "An offset sync is also written whenever a source partition moved more than this many records (into "
-            "one target partition) since its last one, whatever the interval: a consumer group is translated with "
-            "at most this many records read again (MirrorMaker 2's offset.lag.max).", validator=at_least(1))
-    .define("replicator.id", Type.STRING, "", "Set by replicator onboarding (PIP-18): the replicator this "
-            "connector belongs to (with replicator.namespace, .type, .region and .topic).")
-    .define("replicator.namespace", Type.STRING, "", "PIP-18: the namespace the replicator was added for.")
-    .define("replicator.type", Type.STRING, "", "PIP-18: the replicator's target broker.")
-    .define("replicator.region", Type.STRING, "", "PIP-18: the replicator's target region (cluster) name.")
-    .define("replicator.topic", Type.STRING, "", "PIP-18: the source topic this connector replicates.")
-)
+PIPELINE_CONFIG = FRAMEWORK_CONFIG
+"""The framework's own keys: generated from the typed settings (``worker.settings``), declared there once."""
 
 SIDE_CONFIG = (
     ConfigDef()
@@ -278,7 +213,7 @@ def parse_pipeline(document: Any, *, source: str | None = None,
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     settings = FrameworkSettings.from_config(values, aliases)
-    issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings, dlq_cls)
+    issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings, transforms, dlq_cls)
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     return PipelineConfig(
@@ -314,18 +249,19 @@ def _dlq_side(flat: Mapping[str, str], sink_cls: type[SinkConnector] | None, iss
 
 def _target_name_issues(source_cls: type[SourceConnector], source_cfg: Mapping[str, str],
                         sink_cls: type[SinkConnector], sink_cfg: Mapping[str, str], dlq: Mapping[str, str],
-                        settings: FrameworkSettings, dlq_cls: type[SinkConnector] | None = None) -> list[ConfigIssue]:
+                        settings: FrameworkSettings, transforms: TransformsConfig,
+                        dlq_cls: type[SinkConnector] | None = None) -> list[ConfigIssue]:
     """Target names the sink's broker refuses, wherever they are known before anything runs, so
     ``validate`` and ``run`` refuse them alike: the topics the source names, as the sink receives
-    them (a replication flow renames them first), and the dead-letter and offset-syncs topics
-    (written with the sink's connector)."""
+    them (a replication flow renames them, then the transforms: ``connect.tasks.stages.target_routes``),
+    and the dead-letter and offset-syncs topics (written with the sink's connector)."""
     sink_own = {k: v for k, v in sink_cfg.items() if k not in SIDE_CONFIG}
     issues: list[ConfigIssue] = []
     named = source_cls.named_topics({k: v for k, v in source_cfg.items() if k not in SIDE_CONFIG})
     if named:
-        origin = OriginChain.for_policy(settings.runner)
-        received = [t for t in (origin.target_topic(n) if origin else n for n in named) if t is not None]
-        issues.extend(i._replace(key=f"sink.{i.key}") for i in sink_cls.target_issues(sink_own, received))
+        routes = target_routes(settings.runner, transforms, named)
+        issues.extend(routed_issues(routes, lambda received: [
+            i._replace(key=f"sink.{i.key}") for i in sink_cls.target_issues(sink_own, received)]))
     side = side_output_issues(dlq_cls or sink_cls, {"errors.deadletterqueue.topic.name": settings.dlq_topic}) + \
         side_output_issues(sink_cls, {"offset.syncs.topic": settings.runner.offset_syncs_topic})
     if side:

@@ -1,9 +1,11 @@
-"""FrameworkSettings: a connector's framework keys, parsed once into a typed object.
+"""FrameworkSettings: a connector's framework keys, declared and parsed once into a typed object.
 
-``worker.pipeline.PIPELINE_CONFIG`` declares and validates the keys (``tasks.max``,
-``epoch.max.ms``...); :meth:`FrameworkSettings.from_config` turns the validated values into this
-object, which the driver and the task-pair runner read from then on: ``settings.runner`` is the
-:class:`~connect.tasks.policy.RunnerPolicy` each pair obeys, the rest is the worker's own.
+Every framework key (``tasks.max``, ``epoch.max.ms``...) is a field of a settings class, declared
+with its default, doc and validator (:func:`connect.settings.setting`): the pair's
+:class:`~connect.tasks.policy.RunnerPolicy`, the :class:`RestartPolicy` and
+:class:`FrameworkSettings` itself. :data:`FRAMEWORK_CONFIG` is generated from those fields
+(``worker.pipeline.PIPELINE_CONFIG`` is it) and :meth:`FrameworkSettings.from_config` builds the
+object from the values it parsed; the driver and the task-pair runner read the object from then on.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from typing import Any, Mapping
 
 import attrs
 
-from connect.tasks.policy import RunnerPolicy
+from connect.config import Importance, Type, in_range
+from connect.settings import nested, setting, settings_def, settings_from
+from connect.tasks.policy import HOUR_MS, RunnerPolicy
 
-__all__ = ["FrameworkSettings", "RestartPolicy"]
+__all__ = ["FrameworkSettings", "RestartPolicy", "ReplicatorTags", "FRAMEWORK_CONFIG"]
 
 
 @attrs.frozen
@@ -24,54 +28,58 @@ class RestartPolicy:
     completes an epoch resets it. Pairs FAILED by a permanent error stay FAILED until restarted
     by hand (or by a reconfiguration), as in Kafka Connect."""
 
-    backoff_ms: int = 1_000
-    backoff_max_ms: int = 60_000
+    backoff_ms: int = setting(
+        "errors.restart.backoff.ms", Type.INT, 1_000,
+        "First wait before a task pair FAILED by transient trouble is restarted; doubles per failed restart.",
+        validator=in_range(0, HOUR_MS))
+    backoff_max_ms: int = setting(
+        "errors.restart.backoff.max.ms", Type.INT, 60_000, "Longest wait between restarts of a task pair.",
+        validator=in_range(0, 24 * HOUR_MS))
 
     def delay_s(self, consecutive_failures: int) -> float:
         return min(self.backoff_ms * 2 ** max(consecutive_failures - 1, 0), self.backoff_max_ms) / 1000
 
 
 @attrs.frozen
+class ReplicatorTags:
+    """PIP-18 onboarding marks (``worker.replicators``): which replicator a connector belongs to."""
+
+    id: str = setting("replicator.id", Type.STRING, "", "Set by replicator onboarding (PIP-18): the replicator "
+                      "this connector belongs to (with replicator.namespace, .type, .region and .topic).")
+    namespace: str = setting("replicator.namespace", Type.STRING, "",
+                             "PIP-18: the namespace the replicator was added for.")
+    type: str = setting("replicator.type", Type.STRING, "", "PIP-18: the replicator's target broker.")
+    region: str = setting("replicator.region", Type.STRING, "",
+                          "PIP-18: the replicator's target region (cluster) name.")
+    topic: str = setting("replicator.topic", Type.STRING, "", "PIP-18: the source topic this connector replicates.")
+
+
+@attrs.frozen
 class FrameworkSettings:
-    tasks_max: int = 1
-    runner: RunnerPolicy = RunnerPolicy()
-    restart: RestartPolicy = RestartPolicy()
-    dlq_topic: str = ""
+    tasks_max: int = setting("tasks.max", Type.INT, 1, "Most task pairs to run; the source connector may use fewer.",
+                             importance=Importance.HIGH, validator=in_range(1, 1024))
+    runner: RunnerPolicy = nested(RunnerPolicy)
+    restart: RestartPolicy = nested(RestartPolicy)
+    dlq_topic: str = setting(
+        "errors.deadletterqueue.topic.name", Type.STRING, "",
+        "Topic that receives records the sink rejected (written with the sink's connector; dlq.* keys override).")
+    # Read with sink.cluster.alias into runner.target_alias (``worker.pipeline``).
+    target_cluster_alias: str = setting(
+        "target.cluster.alias", Type.STRING, "", "MirrorMaker 2's name for sink.cluster.alias (either may be set).")
+    replicator: ReplicatorTags = nested(ReplicatorTags)
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any], aliases: tuple[str, str] = ("", "")) -> FrameworkSettings:
-        """From the typed values of ``PIPELINE_CONFIG.parse`` (every key present) and the replication
+        """From the typed values of ``FRAMEWORK_CONFIG.parse`` (every key present) and the replication
         flow's (source, target) cluster aliases."""
-        return cls(
-            tasks_max=values["tasks.max"],
-            runner=RunnerPolicy(
-                epoch_max_ms=values["epoch.max.ms"],
-                epoch_max_records=values["epoch.max.records"],
-                epoch_grace_ms=values["epoch.grace.ms"],
-                epoch_bridge_ms=values["epoch.bridge.ms"],
-                max_in_flight_records=values["max.in.flight.records"],
-                retry_timeout_ms=values["errors.retry.timeout"],
-                retry_delay_max_ms=values["errors.retry.delay.max.ms"],
-                tolerance_all=values["errors.tolerance"] == "all",
-                log_errors=values["errors.log.enable"],
-                dlq_context_headers=values["errors.deadletterqueue.context.headers.enable"],
-                source_alias=aliases[0],
-                target_alias=aliases[1],
-                origin_property=values["replication.origin.property"],
-                max_hops=values["replication.max.hops"],
-                topic_policy=values["replication.policy"],
-                policy_separator=values["replication.policy.separator"],
-                offset_syncs_topic=values["offset.syncs.topic"],
-                offset_syncs_interval_ms=values["offset.syncs.interval.ms"],
-                offset_syncs_max_lag=values["offset.syncs.max.lag"],
-            ),
-            restart=RestartPolicy(values["errors.restart.backoff.ms"], values["errors.restart.backoff.max.ms"]),
-            dlq_topic=values["errors.deadletterqueue.topic.name"],
-        )
+        runner = settings_from(RunnerPolicy, values, source_alias=aliases[0], target_alias=aliases[1])
+        return settings_from(cls, values, runner=runner)
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> FrameworkSettings:
-        """From raw string values (tests, tools): validated by PIPELINE_CONFIG first."""
-        from worker.pipeline import PIPELINE_CONFIG
+        """From raw string values (tests, tools): validated by FRAMEWORK_CONFIG first."""
+        return cls.from_config(FRAMEWORK_CONFIG.parse(config))
 
-        return cls.from_config(PIPELINE_CONFIG.parse(config))
+
+FRAMEWORK_CONFIG = settings_def(FrameworkSettings)
+"""Every framework key of a connector config, generated from the settings classes above."""

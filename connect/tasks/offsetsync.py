@@ -6,6 +6,8 @@ partition label and the target position - Kafka offset, RocketMQ queue offset, P
 :class:`AckedPositions` keeps the newest acknowledged record per (source partition, target
 partition); :class:`OffsetSyncEmitter` turns them into *offset-sync records* at commit points and
 writes them, with the sink's own connector, to the offset-syncs topic in the target cluster.
+:class:`OffsetSyncListener` is how a pair runs them: an acknowledgement listener the runner calls
+at its commit points (``connect.tasks.listeners``), not code inside the runner.
 
 An offset sync says "the record at source position ``u`` of this source partition is stored at
 ``d`` in this target partition". Each one is a fact about one acknowledged record, so any of them
@@ -31,8 +33,9 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from connect.records import ConnectRecord, make_record, partition_key
+from connect.tasks.listeners import AckListener
 
-__all__ = ["AckedPositions", "OffsetSyncEmitter", "OffsetSync", "decode_sync"]
+__all__ = ["AckedPositions", "OffsetSyncEmitter", "OffsetSyncListener", "OffsetSync", "decode_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -241,3 +244,37 @@ class OffsetSyncEmitter:
             except Exception:  # noqa: BLE001
                 pass
         self._drop_writer()
+
+
+class OffsetSyncListener(AckListener):
+    """Offset syncs as an acknowledgement listener of the pair (``connect.tasks.listeners``): hangs
+    :class:`AckedPositions` on the sink's context for the sink to feed, keeps re-sent records out of
+    it, and has the :class:`OffsetSyncEmitter` write what is due at each commit point."""
+
+    def __init__(self, emitter: OffsetSyncEmitter):
+        self.emitter = emitter
+
+    @classmethod
+    def for_policy(cls, policy, writer_factory: Callable[[], Any] | None, name: str) -> OffsetSyncListener | None:
+        """The listener of a pair with ``policy`` (a RunnerPolicy); None when it writes no offset syncs."""
+        if not policy.offset_syncs_topic or writer_factory is None:
+            return None
+        return cls(OffsetSyncEmitter(
+            AckedPositions(policy.offset_syncs_max_lag), writer_factory, topic=policy.offset_syncs_topic,
+            source_alias=policy.source_alias, target_alias=policy.target_alias,
+            interval_ms=policy.offset_syncs_interval_ms, name=name))
+
+    def attach(self, context: Any) -> None:
+        context.positions = self.emitter.positions
+
+    def resending(self, records: list) -> None:
+        self.emitter.positions.mark_resent(records)  # may land after later records: no offset sync from them
+
+    def commit_point(self) -> None:
+        self.emitter.emit()
+
+    def metrics(self) -> Mapping[str, float]:
+        return self.emitter.metrics()
+
+    def close(self) -> None:
+        self.emitter.close()

@@ -12,7 +12,12 @@ reads ``A,B`` in C. A replication flow ``S -> T`` then:
   born in ``S``, which a full mesh needs so a record does not arrive twice by two paths);
 - appends ``S`` to the chain of every record it writes.
 
-Dropped records are counted (``filtered``) and their offsets advance like any other's.
+Dropped records are counted (``filtered``) and their offsets advance like any other's. Where the
+worker knows the other flows of the group, a record also takes one path only (``connect.tasks.topology``).
+
+The work is done by the replication stages of the pair's chain (``connect.tasks.replication``:
+origin filter, hop limit, one path, origin append, topic naming); :class:`OriginChain` runs them
+as one unit, for callers that need the flow's naming or want to apply it outside a runner.
 
 Topic naming (``replication.policy``): ``identity`` keeps the name, ``prefix`` writes
 ``{source alias}{separator}{topic}`` (MirrorMaker 2's default). With ``prefix`` a second guard
@@ -27,44 +32,26 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from connect.records import ConnectRecord, make_record
+from connect.records import ConnectRecord
+from connect.tasks.replication import DEFAULT_ORIGIN_PROPERTY, TopicNaming, chain_of, local_topic_name, replication_stages
+from connect.tasks.topology import Topology
 
 __all__ = ["OriginChain", "OriginStage", "DEFAULT_ORIGIN_PROPERTY", "chain_of", "local_topic_name"]
 
-DEFAULT_ORIGIN_PROPERTY = "ROCKETMQ_REPLICATOR_SOURCE"
-
-
-def local_topic_name(topic: str) -> str:
-    """``orders`` for ``persistent://public/default/orders``; other names unchanged."""
-    return topic.rsplit("/", 1)[-1] if "://" in topic else topic
-
-
-def chain_of(headers, prop: str = DEFAULT_ORIGIN_PROPERTY) -> list[str]:
-    """The origin chain a record's headers carry (the last ``prop`` header wins); [] if none."""
-    value = None
-    for name, v in headers or ():
-        if name == prop:
-            value = v
-    if not value:
-        return []
-    text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
-    return [a for a in (s.strip() for s in text.split(",")) if a]
-
 
 class OriginChain:
+    """The replication stages of the flow ``source_alias -> target_alias`` as one unit."""
+
     def __init__(self, source_alias: str, target_alias: str, *, prop: str = DEFAULT_ORIGIN_PROPERTY,
-                 max_hops: int = 0, policy: str = "identity", separator: str = "."):
-        if not source_alias or not target_alias:
-            raise ValueError("both cluster aliases are needed")
-        if source_alias == target_alias:
-            raise ValueError(f"source and target cluster aliases are both {source_alias!r}")
+                 max_hops: int = 0, policy: str = "identity", separator: str = ".",
+                 topology: Topology | None = None):
+        self.stages = replication_stages(source_alias, target_alias, prop=prop, max_hops=max_hops, policy=policy,
+                                         separator=separator, topology=topology)
         self.source = source_alias
         self.target = target_alias
         self.prop = prop
         self.max_hops = max_hops
-        self.prefix = policy == "prefix"
-        self.separator = separator
-        self._names: dict[str, str | None] = {}  # source topic -> target topic (None: a cycle by name)
+        self.naming: TopicNaming = self.stages[-1]
 
     @classmethod
     def for_policy(cls, policy) -> OriginChain | None:
@@ -73,50 +60,27 @@ class OriginChain:
         if not (policy.source_alias and policy.target_alias):
             return None
         return cls(policy.source_alias, policy.target_alias, prop=policy.origin_property, max_hops=policy.max_hops,
-                   policy=policy.topic_policy, separator=policy.policy_separator)
+                   policy=policy.topic_policy, separator=policy.policy_separator,
+                   topology=getattr(policy, "topology", None))
 
     def target_topic(self, topic: str) -> str | None:
         """The name the sink receives records of ``topic`` under; None when none are written (a
         topic whose name says it came from the target)."""
-        name = self._names.get(topic, "")
-        if name != "":
-            return name
-        local = local_topic_name(topic)
-        if self.prefix:
-            upstream = local.split(self.separator)[:-1]
-            name = None if self.target in upstream else f"{self.source}{self.separator}{local}"
-        else:
-            name = local
-        if len(self._names) < 100_000:
-            self._names[topic] = name
-        return name
+        return self.naming.target_topic(topic)
 
     def apply(self, batch: Sequence[ConnectRecord]) -> tuple[list[ConnectRecord], int]:
         """The records to write (chain extended, topic renamed) and how many were dropped."""
-        out = []
-        append = out.append
-        prop, target, source, max_hops = self.prop, self.target, self.source, self.max_hops
-        dropped = 0
-        for r in batch:
-            headers = r.headers
-            chain = chain_of(headers, prop) if headers else []
-            if target in chain or (max_hops and len(chain) >= max_hops):
-                dropped += 1
-                continue
-            topic = self.target_topic(r.topic)
-            if topic is None:
-                dropped += 1
-                continue
-            kept = [h for h in headers if h[0] != prop] if headers else []
-            kept.append((prop, ",".join((*chain, source)).encode()))
-            append(make_record(topic, r.key, r.value, kept, r.timestamp, r.source_partition, r.source_offset,
-                               r.partition, r.value_schema))
-        return out, dropped
+        out = list(batch)
+        for stage in self.stages:
+            if not out:
+                break
+            out = stage.apply(out, [])
+        return out, len(batch) - len(out)
 
 
 class OriginStage:
-    """The replication flow's stage (``connect.tasks.stages``): drops what would loop or is too many
-    hops away, appends the source alias to the chain and names the target topic."""
+    """The replication stages as one stage (kept for callers of the earlier single stage; the
+    pair's chain holds the stages one by one, see ``connect.tasks.stages.build_chain``)."""
 
     name = "replication"
 

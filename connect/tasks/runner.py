@@ -40,16 +40,18 @@ import socket
 import threading
 import time
 import traceback
-from collections import Counter, deque
-from typing import Any, Callable, Mapping
+from collections import deque
+from typing import Any, Callable, Mapping, Sequence
 
 from connect.errors import ConnectError, RetriableError, RetriesExhaustedError, TaskFailedError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
+from connect.tasks.bookkeeping import OpenedPartitions, RecordCommits
 from connect.tasks.failures import FailedRecordHandler
-from connect.tasks.offsetsync import AckedPositions, OffsetSyncEmitter
+from connect.tasks.listeners import AckListener, AckListeners
+from connect.tasks.offsetsync import OffsetSyncListener
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
 from connect.tasks.retry import EpochOver, RetryPolicy
@@ -114,6 +116,7 @@ class TaskPairRunner:
                  dlq_factory: Callable[[], SideWriter] | None = None,
                  offset_syncs_factory: Callable[[], SideWriter] | None = None,
                  stages: StageChain | None = None,
+                 listeners: Sequence[AckListener] = (),
                  stop_requested: Callable[[], bool] = lambda: False):
         self.connector = connector
         self.task_id = task_id
@@ -128,8 +131,7 @@ class TaskPairRunner:
         self._dlq_factory = dlq_factory
         self._reporter = ErrantRecordReporter()
         self._retry = RetryPolicy(policy.retry_timeout_ms, policy.retry_delay_max_ms)
-        self._opened: dict[str, Mapping[str, Any]] = {}  # partition key -> partition
-        self._opened_ids: dict[int, Mapping[str, Any]] = {}
+        self._opened = OpenedPartitions()
         self._wants_commit_record = type(source).commit_record is not SourceTask.commit_record
         self._failed = False
         self._start_offsets_due = True
@@ -147,8 +149,7 @@ class TaskPairRunner:
         self._ready: dict[str, dict[str, Any]] = {}  # offsets of complete generations, partition still blocked
         # records acknowledged (delivered or resolved) not yet counted committed: a partition was held
         self._uncounted = 0
-        self._held: list[ConnectRecord] = []  # complete, waiting for commit_record (partition blocked)
-        self._failed_ids: Counter[int] = Counter()  # reported failures, matched to records for commit_record
+        self._commits = RecordCommits(self.source.commit_record)
         self._resend: list[ConnectRecord] = []  # transient failures, in order, waiting to be re-sent
         self._resend_at = 0.0
         self._awaiting: dict[str, int] = {}  # partition key of a re-sent record -> generation it went out in
@@ -162,13 +163,10 @@ class TaskPairRunner:
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
-        self._syncs: OffsetSyncEmitter | None = None
-        if policy.offset_syncs_topic and offset_syncs_factory is not None:
-            self.sink.context.positions = AckedPositions(policy.offset_syncs_max_lag)
-            self._syncs = OffsetSyncEmitter(
-                self.sink.context.positions, offset_syncs_factory, topic=policy.offset_syncs_topic,
-                source_alias=policy.source_alias, target_alias=policy.target_alias,
-                interval_ms=policy.offset_syncs_interval_ms, name=self.name)
+        # Side parts following the acknowledgements (offset syncs: ``offset_syncs_factory`` writes them).
+        self._listeners = AckListeners(
+            [*listeners, OffsetSyncListener.for_policy(policy, offset_syncs_factory, self.name)], self.name)
+        self._listeners.attach(self.sink.context)
         self.source.start(source_config, self.source.context)
         try:
             self.sink.start(sink_config, self.sink.context)
@@ -251,8 +249,7 @@ class TaskPairRunner:
             pass
         partition_lag = self._partition_lag()
         try:
-            reported = {**self.source.metrics(), **self.sink.metrics(),
-                        **(self._syncs.metrics() if self._syncs is not None else {})} or None
+            reported = {**self.source.metrics(), **self.sink.metrics(), **self._listeners.metrics()} or None
         except Exception as exc:  # noqa: BLE001 - so are the tasks' own gauges
             log.warning("[%s] task metrics: %s", self.name, exc)
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
@@ -374,8 +371,10 @@ class TaskPairRunner:
             # make of it: a record a stage failed advances its partition only once resolved.
             last = {id(r.source_partition): r for r in batch}
             polled.update(last)
-            if last.keys() - self._opened_ids.keys():
-                self._open_new_partitions(last)
+            if self._opened.unknown(last):
+                new = self._opened.new(last)
+                if new:
+                    self.sink.open(new)
             if chain is not None:  # replication, converters, transforms
                 batch, dropped, failed = chain(batch)
                 if dropped:
@@ -424,29 +423,6 @@ class TaskPairRunner:
             wait = min(wait, max(self._resend_at - time.monotonic(), 0.0))
         self.sink.wait_outcomes(wait)
 
-    def _open_new_partitions(self, last: dict[int, ConnectRecord]) -> None:
-        """Call ``sink.open`` once per new source partition.
-
-        Sources normally reuse one dict per partition, so identity finds known ones cheaply;
-        new identities are checked by canonical key. The identity cache keeps the dicts alive
-        (so an id cannot be reused by another partition) and is reset when it grows large, for
-        sources that build a new dict per record.
-        """
-        seen = self._opened_ids
-        if len(seen) > 10_000:
-            seen.clear()
-        new = {}
-        for ident, record in last.items():
-            if ident in seen:
-                continue
-            partition = record.source_partition
-            seen[ident] = partition
-            key = partition_key(partition)
-            if key not in self._opened:
-                self._opened[key] = new[key] = partition
-        if new:
-            self.sink.open(list(new.values()))
-
     def offsets_persisted(self) -> None:
         """The driver persisted the offsets the last epoch returned: tell the source (``commit``,
         then ``offsets_committed`` with those offsets)."""
@@ -462,8 +438,7 @@ class TaskPairRunner:
             return
         batch, self._resend = self._resend, []
         stats.retries += len(batch)
-        if self.sink.context.positions is not None:  # may land after later records: no offset sync from them
-            self.sink.context.positions.mark_resent(batch)
+        self._listeners.resending(batch)
         try:
             self.sink.put(batch)
         except RetriableError as exc:  # nothing of the batch was taken: keep it, in front
@@ -539,7 +514,7 @@ class TaskPairRunner:
         # Every failure of a complete generation was reported before it completed: take them now.
         failures = self._reporter.take()
         if self._records is not None and failures:
-            self._failed_ids.update(id(r) for r, _ in failures)
+            self._commits.failures_reported(failures)
         transient = [f for f in failures if isinstance(f[1], RetriableError)]
         if transient:  # an outcome, not an acknowledgement: they count once a re-send is delivered
             stats.acknowledged -= len(transient)
@@ -559,7 +534,7 @@ class TaskPairRunner:
                 self._acked_ts[key] = ts
             self._done_seq = g.seq
             if g.records:
-                self._held.extend(g.records)
+                self._commits.hold(g.records)
         if self._awaiting:  # a re-sent record is acknowledged once its generation is complete
             self._awaiting = {k: seq for k, seq in self._awaiting.items() if seq > self._done_seq}
         if not self._resend and not self._awaiting and self._retry.failing(_DELIVERY):
@@ -573,10 +548,9 @@ class TaskPairRunner:
         for key in [k for k in ready if k not in blocked]:
             committed[key] = dict(ready.pop(key))
         self._count_committed(blocked, stats)
-        if self._held:
-            self._commit_records(blocked)
-        if self._syncs is not None:
-            self._syncs.emit()
+        if self._commits:
+            self._commits.release(blocked)
+        self._listeners.commit_point()
         gc.collect(1)
         if unresolved:
             record, error = unresolved[0]
@@ -618,36 +592,12 @@ class TaskPairRunner:
             self._permanent = todo
             return []
 
-    def _commit_records(self, blocked: set[str]) -> None:
-        """``SourceTask.commit_record`` for each acknowledged record of a complete generation
-        whose partition is not blocked; a record reported as failed is not acknowledged (its
-        re-sent copy may be, later)."""
-        failed = self._failed_ids
-        keys: dict[int, str] = {}
-        keep = []
-        for r in self._held:
-            if failed and failed.get(id(r)):
-                failed[id(r)] -= 1
-                if not failed[id(r)]:
-                    del failed[id(r)]
-                continue
-            sp = r.source_partition
-            key = keys.get(id(sp))
-            if key is None:
-                key = keys[id(sp)] = partition_key(sp)
-            if key in blocked:
-                keep.append(r)
-            else:
-                self.source.commit_record(r, None)
-        self._held = keep
-
     # -- lifecycle -----------------------------------------------------------------------------
     def stop(self) -> None:
         errors = []
         self._set_deadline(time.monotonic() + 1.0)  # a stopping sink may flush a little, not wait long
-        syncs = self._syncs.close if self._syncs is not None else (lambda: None)
-        for step in (lambda: self.sink.close(list(self._opened.values())), self.sink.stop, syncs, self._chain.close,
-                     self.source.stop):
+        for step in (lambda: self.sink.close(self._opened.all()), self.sink.stop, self._listeners.close,
+                     self._chain.close, self.source.stop):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - stop everything, report the first failure

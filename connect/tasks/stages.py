@@ -1,7 +1,7 @@
 """Stages: what happens to a polled batch between ``SourceTask.poll`` and ``SinkTask.put``.
 
-A task pair runs one :class:`StageChain`: the replication stages (origin-chain filter and append,
-hop limit, topic naming; ``connect.tasks.origin``), the source-side converters, the user's
+A task pair runs one :class:`StageChain`: the replication stages (origin-chain filter, hop limit,
+one path, origin append, topic naming; ``connect.tasks.replication``), the source-side converters, the user's
 transforms and predicates (``connect.transforms``) and the sink-side converters, in that order.
 Each stage owns one concern; the runner only hands it batches and routes what comes out.
 
@@ -24,13 +24,16 @@ dead-letter topic is what the source gave, not a half-transformed copy.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from connect.converters import BytesConverter, converter_for
 from connect.errors import ConnectError, ConversionError
 from connect.records import ConnectRecord, make_record
+from connect.tasks.replication import TopicNaming, replication_stages
+from connect.transforms.topics import DROPPED, TopicRoute, topic_routes
 
-__all__ = ["Stage", "StageChain", "RecordStages", "StageError", "ConvertStage", "Failures"]
+__all__ = ["Stage", "StageChain", "RecordStages", "StageError", "ConvertStage", "Failures", "target_routes",
+           "target_counts"]
 
 Failures = list  # list[tuple[ConnectRecord, BaseException]]
 
@@ -172,14 +175,13 @@ class StageChain:
 def build_chain(policy, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, Any],
                 transforms: Sequence[tuple[str, Callable[[ConnectRecord], ConnectRecord | None]]] = (),
                 closers: Sequence[Callable[[], None]] = ()) -> StageChain:
-    """The chain of a pair: replication stages (when ``policy`` names both cluster aliases), then
-    decode, the transforms (``(name, apply)`` steps), encode."""
-    from connect.tasks.origin import OriginStage
-
+    """The chain of a pair: the replication stages (when ``policy`` names both cluster aliases;
+    ``connect.tasks.replication``), then decode, the transforms (``(name, apply)`` steps), encode."""
     stages: list[Stage] = []
-    origin = OriginStage.for_policy(policy)
-    if origin is not None:
-        stages.append(origin)
+    if policy.source_alias and policy.target_alias:
+        stages.extend(replication_stages(
+            policy.source_alias, policy.target_alias, prop=policy.origin_property, max_hops=policy.max_hops,
+            policy=policy.topic_policy, separator=policy.policy_separator, topology=policy.topology))
     conv = ConvertStage(source_cfg, sink_cfg)
     steps: list = []
     if conv.decodes:
@@ -190,3 +192,25 @@ def build_chain(policy, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, An
     if steps:
         stages.append(RecordStages(steps, closers))
     return StageChain(stages)
+
+
+def target_routes(policy, transforms, topics: Iterable[str]) -> dict[str, TopicRoute]:
+    """Source topic -> where the chain sends its records, as far as the topic alone says: the
+    replication stage's naming (a prefix, or none: dropped), then the transforms'
+    (:func:`connect.transforms.topics.topic_routes`). What the pipeline validates and the driver
+    prepares targets under."""
+    naming = TopicNaming(policy.source_alias, policy.target_alias, policy.topic_policy, policy.policy_separator) \
+        if policy.source_alias and policy.target_alias else None
+    received = {t: naming.target_topic(t) if naming else t for t in topics}
+    routes = topic_routes(transforms, [n for n in received.values() if n is not None])
+    return {t: DROPPED if n is None else routes[n] for t, n in received.items()}
+
+
+def target_counts(routes: Mapping[str, TopicRoute], counts: Mapping[str, int]) -> dict[str, int]:
+    """The target names of ``routes`` with their sources' partition (queue) counts: the most
+    of the sources that land in one target."""
+    out: dict[str, int] = {}
+    for topic, route in routes.items():
+        for name in route.names:
+            out[name] = max(out.get(name, 0), counts[topic])
+    return out

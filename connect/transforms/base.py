@@ -16,6 +16,13 @@ records between calls.
 A predicate's :meth:`Predicate.test` says whether the transform it guards applies to a record
 (``transforms.NAME.predicate``; ``transforms.NAME.negate=true`` inverts it).
 
+Target names before any record: :meth:`Transformation.topic_for` says where a topic's records go
+when the topic alone decides it (a :class:`~connect.transforms.routing.RegexRouter`), else
+:data:`UNKNOWN` (the default: a custom transform may rename per record); a transform that never
+changes topics says so with ``keeps_topic = True``. :meth:`Predicate.test_topic` is the same for a
+predicate. The worker validates and prepares (creates) target topics under these names
+(:mod:`connect.transforms.topics`).
+
 Custom transforms and predicates are plugins: declare them as entry points of the groups
 ``connect.transforms`` and ``connect.predicates`` (see :mod:`connect.transforms.registry`).
 """
@@ -28,7 +35,22 @@ from connect.config import ConfigDef
 from connect.errors import ConfigIssue, ConnectError
 from connect.records import ConnectRecord
 
-__all__ = ["Transformation", "Predicate", "TransformError"]
+__all__ = ["Transformation", "Predicate", "TransformError", "UNKNOWN"]
+
+
+class _Unknown:
+    """The type of :data:`UNKNOWN` (one instance: compare with ``is``)."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+    def __reduce__(self) -> str:  # unpickled as the module's own instance
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+"""What :meth:`Transformation.topic_for` / :meth:`Predicate.test_topic` answer when the topic
+alone does not decide: it depends on each record (its timestamp, headers, value)."""
 
 
 class TransformError(ConnectError):
@@ -65,9 +87,17 @@ class Transformation(_Plugin):
     """Changes, replaces or drops one record at a time."""
 
     kind = "transformation"
+    keeps_topic = False  # True: records leave with the topic they came with (topic_for says so)
+    topic_key: str | None = None  # the key that names target topics (validation errors name it)
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         raise NotImplementedError
+
+    def topic_for(self, topic: str) -> str | None | _Unknown:
+        """Where records of ``topic`` go, known from the topic alone (called after ``configure``):
+        the new name, the same name, None when every one of them is dropped, or :data:`UNKNOWN`
+        when it depends on the record (the default, unless ``keeps_topic``)."""
+        return topic if self.keeps_topic else UNKNOWN
 
 
 class Predicate(_Plugin):
@@ -77,3 +107,8 @@ class Predicate(_Plugin):
 
     def test(self, record: ConnectRecord) -> bool:
         raise NotImplementedError
+
+    def test_topic(self, topic: str) -> bool | _Unknown:
+        """What :meth:`test` answers for every record of ``topic``, when the topic alone decides;
+        :data:`UNKNOWN` (the default) when it depends on the record."""
+        return UNKNOWN

@@ -50,6 +50,7 @@ class FieldTransform(Transformation):
     when fields are added, dropped, renamed or retyped, :meth:`change_schema` (the Avro schema)."""
 
     side = "value"  # or "key"
+    keeps_topic = True
     needs_object = True  # the data must be an object with fields
 
     def configure(self, config: Mapping[str, Any]) -> None:

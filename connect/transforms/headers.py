@@ -39,6 +39,8 @@ def with_headers(record: ConnectRecord, headers: list) -> ConnectRecord:
 class InsertHeader(Transformation):
     """Adds a header with a literal value (UTF-8) to every record; existing ones are kept."""
 
+    keeps_topic = True
+
     @classmethod
     def config_def(cls) -> ConfigDef:
         return (ConfigDef()
@@ -55,6 +57,8 @@ class InsertHeader(Transformation):
 
 class DropHeaders(Transformation):
     """Removes every header with one of the given names."""
+
+    keeps_topic = True
 
     @classmethod
     def config_def(cls) -> ConfigDef:

@@ -26,7 +26,10 @@ class TopicNameMatches(Predicate):
         self.pattern = re.compile(config["pattern"])
 
     def test(self, record: ConnectRecord) -> bool:
-        return self.pattern.fullmatch(record.topic) is not None
+        return self.test_topic(record.topic)
+
+    def test_topic(self, topic: str) -> bool:
+        return self.pattern.fullmatch(topic) is not None
 
 
 class HasHeaderKey(Predicate):
@@ -56,4 +59,7 @@ class Filter(Transformation):
     A dropped record counts as ``filtered`` and its offset is committed."""
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        return None
+
+    def topic_for(self, topic: str) -> None:
         return None

@@ -129,6 +129,8 @@ class ValueToKey(Transformation):
     """Replaces the key with an object of the named fields of the value. The key is an object when
     the value was one (a json converter decoded it), else JSON bytes."""
 
+    keeps_topic = True
+
     @classmethod
     def config_def(cls) -> ConfigDef:
         return ConfigDef().define("fields", Type.LIST, doc="Fields of the value that make the key.", validator=non_empty)
@@ -190,6 +192,8 @@ class SetSchemaMetadataValue(Transformation):
     """Renames the value's schema (a Pulsar schema's name; for AVRO and JSON schemas also the Avro
     record's full name). Records without a schema pass unchanged. Versions are not settable: each
     cluster's registry numbers its own (PIP-87)."""
+
+    keeps_topic = True
 
     @classmethod
     def config_def(cls) -> ConfigDef:

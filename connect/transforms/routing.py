@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from connect.config import ConfigDef, Type, non_empty, valid_regex
 from connect.records import ConnectRecord, make_record
-from connect.transforms.base import Transformation, TransformError
+from connect.transforms.base import UNKNOWN, Transformation, TransformError
 
 __all__ = ["RegexRouter", "TimestampRouter", "java_replacement", "date_formatter", "with_topic"]
 
@@ -80,8 +80,10 @@ class RegexRouter(Transformation):
         self.template = java_replacement(config["replacement"])
         self._names: dict[str, str] = {}
 
-    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
-        topic = record.topic
+    topic_key = "replacement"
+
+    def topic_for(self, topic: str) -> str:
+        """The topic's new name (the topic itself when ``regex`` does not match it whole)."""
         new = self._names.get(topic)
         if new is None:
             m = self.regex.fullmatch(topic)
@@ -91,6 +93,11 @@ class RegexRouter(Transformation):
                 raise TransformError(f"replacement refers to a group the regex does not have ({exc})") from None
             if len(self._names) < 10_000:
                 self._names[topic] = new
+        return new
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        topic = record.topic
+        new = self.topic_for(topic)
         return record if new == topic else with_topic(record, new)
 
 
@@ -140,10 +147,18 @@ class TimestampRouter(Transformation):
                 .define("timestamp.format", Type.STRING, "yyyyMMdd",
                         "Java SimpleDateFormat pattern of ${timestamp} (UTC).", validator=_refused_by(date_formatter)))
 
+    topic_key = "topic.format"
+
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         self.topic_format = config["topic.format"]
         self.format = date_formatter(config["timestamp.format"])
+
+    def topic_for(self, topic: str) -> str | object:
+        """UNKNOWN: each record's timestamp names its topic (unless the format has no ``${timestamp}``)."""
+        if "${timestamp}" in self.topic_format:
+            return UNKNOWN
+        return self.topic_format.replace("${topic}", topic)
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         if record.timestamp is None:

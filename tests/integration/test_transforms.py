@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from dist_util import forget, install_distribution
 from kafka_util import consume_all, create_topic
+from pipeline_util import make_driver, pair_pipeline, run_until
 from pulsar_util import QUIET
 from pulsar_wire import SchemaRegistryProxy
 from rocketmq_util import consume_all as rocketmq_consume_all
@@ -24,7 +25,7 @@ from connect.records import ValueSchema
 from connect.testkit import run_pair
 from connect.transforms import TRANSFORM_GROUP
 from connectors.pulsar.schemas import producer_schema
-from connectors.rocketmq.client import SyncRocketMQClient
+from connectors.rocketmq.client import SyncRocketMQClient, TopicNotFoundError
 
 
 def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes | None]], partitions: int = 1) -> None:
@@ -229,3 +230,30 @@ def test_a_transform_raising_on_one_record_of_10000(kafka_pair, unique, stamp_pl
     assert b"poisoned value" in headers["__connect.errors.exception.message"]
     got = consume_all(dst.bootstrap, topic, [0, 1], 9_999)
     assert sorted(m.key() for m in got) == sorted(k for k, _ in messages if k != b"k4321")
+
+
+def test_a_renamed_rocketmq_target_is_created_by_preparation_and_receives_every_record(
+        kafka_pair, rocketmq_pair, spark, tmp_path, unique):
+    """Kafka -> RocketMQ with auto.create.topics and a RegexRouter: the driver prepares the topic the
+    records are renamed to (with the source's partition count), not the source's own name; nothing
+    else creates it (the embedded broker does not create topics on send)."""
+    src, _ = kafka_pair
+    _, dst = rocketmq_pair
+    topic = f"orders_{unique}"
+    create_topic(src.bootstrap, topic, 3)
+    produce(src.bootstrap, topic, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(300)], partitions=3)
+    driver = make_driver(spark, tmp_path, pair_pipeline(
+        f"route-{unique}", {"connector.class": "kafka", "bootstrap.servers": src.bootstrap, "topics": topic,
+                            "start.position": "earliest"},
+        {"connector.class": "rocketmq", "namesrv.addr": dst.namesrv, "auto.create.topics": "true"},
+        **{"transforms": "route", "transforms.route.type": "RegexRouter", "transforms.route.regex": "orders_(.*)",
+           "transforms.route.replacement": "dc1_orders_$1"}))
+    try:
+        assert run_until(driver, 300) >= 300
+    finally:
+        driver.close()
+    arrived = rocketmq_consume_all(dst, f"dc1_orders_{unique}")
+    assert sorted(arrived) == [0, 1, 2]  # created with the source's partition count
+    assert sorted(m.body for msgs in arrived.values() for m in msgs) == sorted(f"v{i}".encode() for i in range(300))
+    with SyncRocketMQClient(dst.namesrv) as c, pytest.raises(TopicNotFoundError):
+        c.topic_route(topic)  # the source's own name was not prepared

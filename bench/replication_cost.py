@@ -1,0 +1,115 @@
+"""What a replication flow costs: the same Kafka -> Kafka flow with replication off, with the
+origin chain on (records born in the source), and with records that already went through two
+copies (a two-hop chain read, extended and written), against the raw client loop of the same run.
+
+Two parts, both in one process:
+
+- stages: the replication stages alone on in-memory batches (no broker), nanoseconds per record:
+  off (no stage), on (born here), two-hop, and a full mesh's one-path stage (a record of the
+  group's topology, dropped or forwarded by its origin);
+- wire: one epoch through the Spark driver against two embedded tansu brokers (as
+  ``bench/kafka_mirror.py``), timed to the committed offsets, and the raw confluent-kafka
+  consume -> produce loop moving the same records, each printed as a ratio to the raw loop.
+
+Usage: python bench/replication_cost.py [--records 100000] [--rounds 2] [--value-size 100]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from itertools import permutations
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_util import bench_args, fill_kafka, timed_epoch  # noqa: E402
+from kafka_mirror import PARTITIONS, raw_loop  # noqa: E402
+
+from connect.records import make_record  # noqa: E402
+from connect.tasks.replication import DEFAULT_ORIGIN_PROPERTY, replication_stages  # noqa: E402
+from connect.tasks.stages import StageChain  # noqa: E402
+from connect.tasks.topology import Flow, Topology  # noqa: E402
+from worker.embedded import EmbeddedKafka  # noqa: E402
+from worker.spark import build_spark  # noqa: E402
+
+BATCH = 5_000
+TWO_HOPS = [("i", b"1"), (DEFAULT_ORIGIN_PROPERTY, b"X,Y")]
+
+
+def _records(n: int, headers) -> list:
+    sp = [{"topic": "t", "partition": p} for p in range(PARTITIONS)]
+    return [make_record("t", str(i).encode(), b"v" * 100, list(headers), 1, sp[i % PARTITIONS], {"offset": i},
+                        i % PARTITIONS) for i in range(n)]
+
+
+def stage_cost(records: int) -> dict[str, float]:
+    """ns per record of each configuration's stages (best of 3)."""
+    mesh = Topology(Flow(s, t, frozenset({"t"})) for s, t in permutations("ABX", 2))
+    cases = {
+        "off": (StageChain([]), [("i", b"1")]),
+        "on": (StageChain(replication_stages("A", "B")), [("i", b"1")]),
+        "two-hop": (StageChain(replication_stages("A", "B")), TWO_HOPS),
+        "mesh, forwarded": (StageChain(replication_stages("A", "B", topology=mesh)), [("i", b"1")]),
+        "mesh, dropped": (StageChain(replication_stages("A", "B", topology=mesh)),
+                          [("i", b"1"), (DEFAULT_ORIGIN_PROPERTY, b"X")]),
+    }
+    out = {}
+    for name, (chain, headers) in cases.items():
+        batches = [_records(BATCH, headers) for _ in range(max(records // BATCH, 1))]
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for batch in batches:
+                chain.apply(batch)
+            best = min(best, time.perf_counter() - t0)
+        out[name] = best / (len(batches) * BATCH) * 1e9
+    return out
+
+
+def flow(spark, src: str, dst: str, topic: str, target: str, records: int, replication: bool) -> float:
+    config = {"source.connector.class": "kafka", "source.bootstrap.servers": src, "source.topics": topic,
+              "source.refresh.topics.interval.ms": "0",
+              "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target}
+    if replication:
+        config.update({"source.cluster.alias": "A", "sink.cluster.alias": "B"})
+    return timed_epoch(spark, f"bench-{target}", config, records, 1)
+
+
+def main() -> None:
+    args = bench_args(__doc__, 100_000)
+    records = args.records - args.records % PARTITIONS
+
+    print("stages alone, ns per record (best of 3):", flush=True)
+    cost = stage_cost(records)
+    for name, ns in cost.items():
+        print(f"  {name:<16} {ns:>8.0f} ns" + (f"   (+{ns - cost['off']:.0f} ns over off)" if name != "off" else ""))
+
+    with EmbeddedKafka() as a, EmbeddedKafka() as b:
+        print(f"producing 2 x {records:,} records ({args.value_size} B values, {PARTITIONS} partitions)...", flush=True)
+        fill_kafka(a.bootstrap, "plain", records, args.value_size, PARTITIONS)
+        fill_kafka(a.bootstrap, "twohop", records, args.value_size, PARTITIONS, headers=TWO_HOPS)
+        spark = build_spark("local[2]", {"spark.ui.enabled": "false"}, app_name="bench")
+        spark.sparkContext.parallelize(range(2), 2).map(lambda x: x).collect()  # start Python workers
+        times: dict[str, list[float]] = {"raw": [], "off": [], "on": [], "two-hop": []}
+        for rnd in range(args.rounds):
+            times["raw"].append(raw_loop(a.bootstrap, b.bootstrap, "plain", f"raw-{rnd}", records))
+            times["off"].append(flow(spark, a.bootstrap, b.bootstrap, "plain", f"off-{rnd}", records, False))
+            times["on"].append(flow(spark, a.bootstrap, b.bootstrap, "plain", f"on-{rnd}", records, True))
+            times["two-hop"].append(flow(spark, a.bootstrap, b.bootstrap, "twohop", f"hop-{rnd}", records, True))
+            print(f"round {rnd + 1}: " + "  ".join(f"{k} {records / v[-1]:,.0f} msg/s" for k, v in times.items()),
+                  flush=True)
+        spark.stop()
+
+    rate = {k: records / statistics.median(v) for k, v in times.items()}
+    print()
+    print(f"records per run              {records:,}")
+    for name in times:
+        paired = statistics.median(r / x for r, x in zip(times["raw"], times[name], strict=True))
+        print(f"{name:<28} {rate[name]:>10,.0f} msg/s   / raw {rate[name] / rate['raw']:.2f} of medians, "
+              f"{paired:.2f} median of rounds   / off {rate[name] / rate['off']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""The replication stages of a flow ``S -> T``: built-in stages of the pair's chain (``connect.tasks.stages``).
+
+Configured by the replication keys (``source/sink.cluster.alias``, ``replication.*``), they run
+first, before the converters and the user's transforms (as MirrorMaker 2 renames topics in
+``MirrorSourceTask`` before any SMT), each owning one concern:
+
+1. :class:`OriginFilter` - drops a record whose origin chain holds ``T`` (it came from there);
+2. :class:`HopLimit` - drops a record that went through ``replication.max.hops`` copies already;
+3. :class:`OnePath` - drops a record another flow of the group delivers to ``T``
+   (``connect.tasks.topology``; only when the worker gave the flow its topology);
+4. :class:`OriginAppend` - appends ``S`` to the chain of every record it passes on;
+5. :class:`TopicNaming` - names the target topic (identity or prefix) and drops a topic whose
+   prefixes say it came from ``T`` (the prefix policy's cycle guard, by name as in MM2).
+
+A dropped record is counted ``filtered`` and its offset advances. The stages are batch-level and
+read each record's headers once: the filter reads the chains of a batch and the stages after it
+reuse them (:class:`_Chains`, keyed by the batch list they were read from) until the append.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from connect.records import ConnectRecord, make_record
+from connect.tasks.topology import Topology
+
+__all__ = ["OriginFilter", "HopLimit", "OnePath", "OriginAppend", "TopicNaming", "replication_stages",
+           "DEFAULT_ORIGIN_PROPERTY", "chain_of", "read_chain", "local_topic_name"]
+
+DEFAULT_ORIGIN_PROPERTY = "ROCKETMQ_REPLICATOR_SOURCE"
+_NONE: tuple[str, ...] = ()
+
+
+def local_topic_name(topic: str) -> str:
+    """``orders`` for ``persistent://public/default/orders``; other names unchanged."""
+    return topic.rsplit("/", 1)[-1] if "://" in topic else topic
+
+
+def read_chain(headers, prop: str = DEFAULT_ORIGIN_PROPERTY) -> tuple[str, ...]:
+    """The origin chain ``headers`` carry (the last ``prop`` header wins); () if none."""
+    value = None
+    for name, v in headers or ():
+        if name == prop:
+            value = v
+    if not value:
+        return _NONE
+    text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+    return tuple(a for a in (s.strip() for s in text.split(",")) if a)
+
+
+def chain_of(headers, prop: str = DEFAULT_ORIGIN_PROPERTY) -> list[str]:
+    """:func:`read_chain` as a list."""
+    return list(read_chain(headers, prop))
+
+
+class _Chains:
+    """The origin chains of the batch the replication stages hand on, read once per record."""
+
+    __slots__ = ("prop", "batch", "chains")
+
+    def __init__(self, prop: str):
+        self.prop = prop
+        self.batch: list | None = None
+        self.chains: list[tuple[str, ...]] = []
+
+    def read(self, batch: list[ConnectRecord]) -> list[tuple[str, ...]]:
+        prop = self.prop
+        self.batch = batch
+        self.chains = [read_chain(r.headers, prop) if r.headers else _NONE for r in batch]
+        return self.chains
+
+    def of(self, batch: list[ConnectRecord]) -> list[tuple[str, ...]]:
+        """The chains of ``batch``: those handed on with it, else read now."""
+        return self.chains if batch is self.batch else self.read(batch)
+
+    def keep(self, batch: list[ConnectRecord], chains: list[tuple[str, ...]]) -> list[ConnectRecord]:
+        self.batch, self.chains = batch, chains
+        return batch
+
+    def clear(self) -> None:
+        self.batch, self.chains = None, []
+
+
+class _ChainStage:
+    """A stage that keeps or drops each record by its chain (``keeps``)."""
+
+    name = "replication"
+
+    def __init__(self, chains: _Chains):
+        self.chains = chains
+
+    def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
+        raise NotImplementedError
+
+    def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
+        return self._filter(batch, self.chains.of(batch))
+
+    def _filter(self, batch: list[ConnectRecord], chains: list[tuple[str, ...]]) -> list[ConnectRecord]:
+        keeps = self.keeps
+        flags = [keeps(r, c) for r, c in zip(batch, chains, strict=True)]
+        if all(flags):
+            return self.chains.keep(batch, chains)
+        return self.chains.keep([r for r, k in zip(batch, flags, strict=True) if k],
+                                [c for c, k in zip(chains, flags, strict=True) if k])
+
+    def close(self) -> None:
+        self.chains.clear()
+
+
+class OriginFilter(_ChainStage):
+    """Drops a record whose chain holds the target: writing it there would loop. Reads the chains."""
+
+    name = "origin filter"
+
+    def __init__(self, chains: _Chains, target: str):
+        super().__init__(chains)
+        self.target = target
+
+    def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
+        chains = self.chains.read(batch)  # first of the stages: a batch is read afresh
+        target = self.target
+        if not any(target in c for c in chains):  # the usual case: one pass, nothing copied
+            return self.chains.keep(batch, chains)
+        return self._filter(batch, chains)
+
+    def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
+        return self.target not in chain
+
+
+class HopLimit(_ChainStage):
+    """Drops a record that went through ``max_hops`` copies already (``replication.max.hops``)."""
+
+    name = "hop limit"
+
+    def __init__(self, chains: _Chains, max_hops: int):
+        super().__init__(chains)
+        self.max_hops = max_hops
+
+    def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
+        return len(chain) < self.max_hops
+
+
+class OnePath(_ChainStage):
+    """Drops a record that another flow of the worker's topology delivers to the target."""
+
+    name = "one path"
+
+    def __init__(self, chains: _Chains, topology: Topology, source: str, target: str):
+        super().__init__(chains)
+        self.topology = topology
+        self.source = source
+        self.target = target
+        self._decided: dict[tuple[str, str], bool] = {}  # (origin, topic) -> forwards
+
+    def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
+        key = (chain[0] if chain else self.source, record.topic)
+        forwards = self._decided.get(key)
+        if forwards is None:
+            forwards = self.topology.forwards(self.source, self.target, key[0], local_topic_name(record.topic))
+            if len(self._decided) < 100_000:
+                self._decided[key] = forwards
+        return forwards
+
+
+class OriginAppend:
+    """Appends the source alias to the chain of every record (replacing the chain header, other
+    headers kept in order)."""
+
+    name = "origin append"
+
+    def __init__(self, chains: _Chains, source: str):
+        self.chains = chains
+        self.source = source
+        self._values: dict[tuple[str, ...], bytes] = {}  # chain read -> header value written
+
+    def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
+        chains = self.chains.of(batch)
+        self.chains.clear()
+        prop, values = self.chains.prop, self._values
+        out = []
+        append = out.append
+        for r, chain in zip(batch, chains, strict=True):
+            value = values.get(chain)
+            if value is None:
+                value = ",".join((*chain, self.source)).encode()
+                if len(values) < 10_000:
+                    values[chain] = value
+            headers = r.headers
+            kept = [h for h in headers if h[0] != prop] if headers else []
+            kept.append((prop, value))
+            append(make_record(r.topic, r.key, r.value, kept, r.timestamp, r.source_partition, r.source_offset,
+                               r.partition, r.value_schema))
+        return out
+
+    def close(self) -> None:
+        self.chains.clear()
+
+
+class TopicNaming:
+    """The target topic of each record (``replication.policy``): identity keeps the local name,
+    prefix writes ``{source}{separator}{topic}`` and drops a topic one of whose prefixes is the
+    target (it came from there)."""
+
+    name = "topic naming"
+
+    def __init__(self, source: str, target: str, policy: str = "identity", separator: str = "."):
+        self.source = source
+        self.target = target
+        self.prefix = policy == "prefix"
+        self.separator = separator
+        self._names: dict[str, str | None] = {}  # source topic -> target topic (None: a cycle by name)
+
+    def target_topic(self, topic: str) -> str | None:
+        """The name the sink receives records of ``topic`` under; None when none are written."""
+        name = self._names.get(topic, "")
+        if name != "":
+            return name
+        local = local_topic_name(topic)
+        if self.prefix:
+            upstream = local.split(self.separator)[:-1]
+            name = None if self.target in upstream else f"{self.source}{self.separator}{local}"
+        else:
+            name = local
+        if len(self._names) < 100_000:
+            self._names[topic] = name
+        return name
+
+    def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
+        names = {t: self.target_topic(t) for t in {r.topic for r in batch}}
+        if all(t == n for t, n in names.items()):  # identity names of a Kafka or RocketMQ source
+            return batch
+        out = []
+        for r in batch:
+            name = names[r.topic]
+            if name is None:
+                continue
+            out.append(r if name == r.topic else make_record(
+                name, r.key, r.value, r.headers, r.timestamp, r.source_partition, r.source_offset, r.partition,
+                r.value_schema))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def replication_stages(source: str, target: str, *, prop: str = DEFAULT_ORIGIN_PROPERTY, max_hops: int = 0,
+                       policy: str = "identity", separator: str = ".",
+                       topology: Topology | None = None) -> Sequence[Any]:
+    """The stages of the flow ``source -> target``, in order (see the module doc)."""
+    if not source or not target:
+        raise ValueError("both cluster aliases are needed")
+    if source == target:
+        raise ValueError(f"source and target cluster aliases are both {source!r}")
+    chains = _Chains(prop)
+    stages: list[Any] = [OriginFilter(chains, target)]
+    if max_hops:
+        stages.append(HopLimit(chains, max_hops))
+    if topology is not None:
+        stages.append(OnePath(chains, topology, source, target))
+    stages.append(OriginAppend(chains, source))
+    stages.append(TopicNaming(source, target, policy, separator))
+    return stages
