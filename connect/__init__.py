@@ -8,6 +8,7 @@ from connect.errors import (
     ConfigIssue,
     ConnectError,
     ConversionError,
+    DeliveryError,
     PluginError,
     RetriableError,
     RetriesExhaustedError,
@@ -15,13 +16,14 @@ from connect.errors import (
 )
 from connect.records import ConnectRecord
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
+from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 
 __all__ = [
     "BytesConverter", "ConfigDef", "ConfigError", "ConfigIssue", "ConfigKey", "ConnectError", "ConnectRecord",
-    "Connector", "ConnectorContext", "ConversionError", "Converter", "ErrantRecordReporter", "Importance",
-    "JsonConverter", "OffsetStorageReader", "PluginError", "RetriableError", "RetriesExhaustedError", "SinkConnector", "SinkTask",
-    "SinkTaskContext", "SourceConnector", "SourceTask", "SourceTaskContext", "StringConverter", "TaskFailedError",
-    "Type",
+    "Connector", "ConnectorContext", "ConversionError", "Converter", "DeliveryError", "ErrantRecordReporter",
+    "Importance", "JsonConverter", "OffsetStorageReader", "PluginError", "RetriableError",
+    "RetriesExhaustedError", "SideWriter", "SinkConnector", "SinkTask", "SinkTaskContext", "SourceConnector",
+    "SourceTask", "SourceTaskContext", "StringConverter", "TaskFailedError", "Type",
 ]
 __version__ = "0.1.0"

@@ -1,9 +1,22 @@
-"""Broker clients shared by the tasks of one process.
+"""Broker clients kept per process: one pool abstraction for every connector.
 
-A broker client (a ``pulsar.Client``, a RocketMQ client) owns threads and connections; readers,
-producers and requests are cheap on top of it. Every task of a Python worker that talks to the
-same cluster with the same settings shares one (reference counted), as Pulsar's own IO connectors
-share theirs; the last user to release it closes it.
+A broker client owns threads and connections; building one costs a connect (and for some, a
+metadata round trip). PySpark reuses its Python workers, so a pool keeps clients across epochs and
+across the tasks of a process, by a *settings key* (what two users must agree on to use the same
+client). Two ways of sharing, chosen per pool:
+
+- ``shared=True``: every user of a key gets the same client at the same time, reference counted
+  (a ``pulsar.Client``, a RocketMQ client: readers, producers and requests are cheap on top of it),
+  as Pulsar's own IO connectors share theirs.
+- ``shared=False``: one user holds a client at a time (a Kafka consumer's assignment, a producer's
+  delivery reports belong to one task); a released client waits idle for the next ``acquire`` of
+  its key, so a task restarted in the same process takes its connected client back.
+
+In both, a client nobody holds is kept idle up to ``max_idle`` per pool (least recently released
+closed first) and closed beyond; ``release(..., reuse=False)`` closes it at once (a broken or
+non-empty client is never handed to the next user). Every client still held or idle when the
+interpreter exits is closed first: left to the garbage collector, a ``pulsar.Client``'s C++ threads
+are destroyed while running, which aborts the process.
 """
 
 from __future__ import annotations
@@ -13,53 +26,84 @@ import logging
 import threading
 from typing import Any, Callable, Hashable
 
-__all__ = ["SharedClients"]
+__all__ = ["ClientPool"]
 
 log = logging.getLogger(__name__)
 
 
-class SharedClients:
-    """One client per settings key in this process, made by ``factory(settings)`` and closed by
-    ``client.close()`` when its last user releases it."""
+def _close(client: Any) -> None:
+    client.close()
 
-    def __init__(self, factory: Callable[[Any], Any], what: str = "client") -> None:
+
+class ClientPool:
+    """Clients by settings key, made by ``factory(key)`` (or the ``build`` given to ``acquire``)
+    and closed by ``close(client)``."""
+
+    def __init__(self, factory: Callable[[Hashable], Any] | None = None, *, close: Callable[[Any], None] = _close,
+                 what: str = "client", shared: bool = False, max_idle: int = 0) -> None:
         self._factory = factory
+        self._close_fn = close
         self._what = what
+        self._shared = shared
+        self._max_idle = max_idle
         self._lock = threading.Lock()
-        self._clients: dict[Hashable, list] = {}  # settings -> [client, users]
-        # A client still held when the interpreter exits is closed first: left to the garbage
-        # collector, a pulsar.Client's C++ threads are destroyed while running, which aborts the
-        # process ("terminate called without an active exception").
+        self._held: dict[Hashable, list] = {}  # shared pools: key -> [client, users]
+        self._idle: dict[tuple[Hashable, int], Any] = {}  # (key, id(client)) -> client; order = release order
         atexit.register(self.close_all)
+
+    def acquire(self, key: Hashable, build: Callable[[], Any] | None = None):
+        """A client for ``key``: the shared one, an idle one, or a new one."""
+        with self._lock:
+            if self._shared and key in self._held:
+                entry = self._held[key]
+                entry[1] += 1
+                return entry[0]
+            idle = next((k for k in self._idle if k[0] == key), None)
+            client = self._idle.pop(idle) if idle is not None else None
+            if client is None and self._shared:  # built under the lock: two users never build two
+                client = (build or (lambda: self._factory(key)))()
+            if self._shared:
+                self._held[key] = [client, 1]
+                return client
+        return client if client is not None else (build or (lambda: self._factory(key)))()
+
+    def release(self, key: Hashable, client: Any = None, *, reuse: bool = True) -> None:
+        """Give a client back (a shared pool's users may omit ``client``); ``reuse=False`` closes it
+        now (for a shared client: once its last user released it)."""
+        with self._lock:
+            if self._shared:
+                entry = self._held.get(key)
+                if entry is None:
+                    return
+                entry[1] -= 1
+                if entry[1] > 0:
+                    return
+                del self._held[key]
+                client = entry[0]
+            evicted = []
+            if reuse and self._max_idle > 0:
+                self._idle[(key, id(client))] = client
+                while len(self._idle) > self._max_idle:
+                    evicted.append(self._idle.pop(next(iter(self._idle))))
+            else:
+                evicted.append(client)
+        for old in evicted:
+            self._discard(old)
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return len(self._idle)
 
     def close_all(self) -> None:
         with self._lock:
-            entries, self._clients = list(self._clients.values()), {}
-        for client, users in entries:
-            log.debug("closing a %s still held by %d user(s) at exit", self._what, users)
-            try:
-                client.close()
-            except Exception as exc:  # noqa: BLE001
-                log.debug("closing a %s: %s", self._what, exc)
+            clients = [entry[0] for entry in self._held.values()] + list(self._idle.values())
+            self._held, self._idle = {}, {}
+        for client in clients:
+            log.debug("closing a %s still kept at exit", self._what)
+            self._discard(client)
 
-    def acquire(self, settings: Hashable):
-        with self._lock:
-            entry = self._clients.get(settings)
-            if entry is None:
-                entry = self._clients[settings] = [self._factory(settings), 0]
-            entry[1] += 1
-            return entry[0]
-
-    def release(self, settings: Hashable) -> None:
-        with self._lock:
-            entry = self._clients.get(settings)
-            if entry is None:
-                return
-            entry[1] -= 1
-            if entry[1] > 0:
-                return
-            del self._clients[settings]
+    def _discard(self, client: Any) -> None:
         try:
-            entry[0].close()
+            self._close_fn(client)
         except Exception as exc:  # noqa: BLE001 - a client that cannot close cleanly is dropped anyway
             log.debug("closing a %s: %s", self._what, exc)

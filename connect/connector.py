@@ -12,10 +12,13 @@ asks for task configs again before its next epoch.
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from connect.config import ConfigDef
 from connect.errors import ConfigIssue
+
+if TYPE_CHECKING:
+    from connect.sink.side import SideWriter
 
 __all__ = ["Connector", "SourceConnector", "SinkConnector", "ConnectorContext"]
 
@@ -129,3 +132,14 @@ class SinkConnector(Connector):
 
     def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
         """Make sure targets for these source topics exist (partition counts as given)."""
+
+    @classmethod
+    def side_writer(cls, config: Mapping[str, Any], topic: str) -> SideWriter | None:
+        """A writer of side outputs (dead letters, offset syncs) to ``topic`` of this sink's
+        cluster, with a client of its own built from ``config`` (this connector's keys; for the
+        dead-letter topic with the ``dlq.*`` overrides applied). Called on the executor that runs
+        the task pair, when the first side record is due; the writer must not connect before its
+        first ``send``. ``None`` (the default): this sink has no cluster to write side outputs to,
+        and the pipeline refuses ``errors.deadletterqueue.topic.name`` and ``offset.syncs.topic``
+        for it. See :mod:`connect.sink.side` for the contract."""
+        return None

@@ -14,6 +14,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "RetriableError",
+    "DeliveryError",
     "ConversionError",
     "PluginError",
     "TaskFailedError",
@@ -33,6 +34,13 @@ class RetriableError(ConnectError):
     worker restarts it). Reported for one record through the errant-record reporter, it marks a
     *transient* delivery failure: the record is re-sent, never skipped.
     """
+
+
+class DeliveryError(ConnectError):
+    """The destination refused one record for good (too large, invalid, not authorized, a payload
+    it cannot carry): a *permanent* failure of that record, reported by a sink (or a side writer)
+    through the errant-record reporter, so it goes to the failed-message hooks, the dead-letter
+    topic, then ``errors.tolerance``. Never used for transient trouble (:class:`RetriableError`)."""
 
 
 class ConversionError(ConnectError):

@@ -4,7 +4,9 @@
 ``b"<topic>-<partition>-<offset>"``; resumes after committed offsets; can raise RetriableError
 from ``poll`` a number of times. ``memory`` sink: appends what it receives to
 ``MemorySinkTask.written[<sink name>]`` (this process only); can reject chosen records as a
-broker would (reported through the errant-record reporter) or raise RetriableError from ``put``.
+broker would (reported through the errant-record reporter) or raise RetriableError from ``put``;
+its side writer (dead letters, offset syncs) appends to the same list, records renamed to the
+side topic, and rejects alike.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from connect.errors import RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
+from connect.sink.side import SideWriter
 from connect.source import SourceTask
 
-__all__ = ["MemorySourceConnector", "MemorySourceTask", "MemorySinkConnector", "MemorySinkTask"]
+__all__ = ["MemorySourceConnector", "MemorySourceTask", "MemorySinkConnector", "MemorySinkTask", "MemorySideWriter"]
 
 
 class MemorySourceTask(SourceTask):
@@ -82,6 +85,30 @@ class MemorySourceConnector(SourceConnector):
         return [{**self.config, "task.partitions": ",".join(map(str, g))} for g in groups]
 
 
+class _Rejections:
+    """``reject.values`` / ``reject.times``: which records the memory sink refuses, and how."""
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        self.reject = re.compile(cfg["reject.values"]) if cfg["reject.values"] else None
+        self.reject_times = cfg["reject.times"]
+        self.rejections: dict[bytes, int] = defaultdict(int)
+
+    def error(self, r: ConnectRecord) -> BaseException | None:
+        if self.reject is None or not isinstance(r.value, bytes) or not self.reject.search(r.value.decode()):
+            return None
+        self.rejections[r.value] += 1
+        if self.reject_times < 0 or self.rejections[r.value] <= self.reject_times:
+            # Rejected a bounded number of times: a transient failure (re-sent by the runner);
+            # always rejected: permanent (hooks, dead-letter topic, tolerance).
+            return (RetriableError(f"memory sink refused {r.value!r} for now") if self.reject_times >= 0
+                    else RuntimeError(f"memory sink rejected {r.value!r}"))
+        return None
+
+
+def _renamed(r: ConnectRecord, topic: str) -> ConnectRecord:
+    return ConnectRecord(topic, r.key, r.value, r.headers, r.timestamp, r.source_partition, r.source_offset, r.partition)
+
+
 class MemorySinkTask(SinkTask):
     written: dict[str, list[ConnectRecord]] = defaultdict(list)
     _lock = threading.Lock()
@@ -90,10 +117,8 @@ class MemorySinkTask(SinkTask):
         cfg = MemorySinkConnector.config_def().parse(config)
         self.name = cfg["name"]
         self.route = TopicRouter(cfg)
-        self.reject = re.compile(cfg["reject.values"]) if cfg["reject.values"] else None
-        self.reject_times = cfg["reject.times"]
+        self.rejecting = _Rejections(cfg)
         self.put_failures = cfg["fail.put.times"]
-        self.rejections: dict[bytes, int] = defaultdict(int)
         self.buffer: list[ConnectRecord] = []
 
     def put(self, records: Sequence[ConnectRecord]) -> None:
@@ -106,23 +131,46 @@ class MemorySinkTask(SinkTask):
         reporter = self.context.errant_record_reporter
         accepted = []
         for r in self.buffer:
-            if self.reject is not None and isinstance(r.value, bytes) and self.reject.search(r.value.decode()):
-                self.rejections[r.value] += 1
-                if self.reject_times < 0 or self.rejections[r.value] <= self.reject_times:
-                    # Rejected a bounded number of times: a transient failure (re-sent by the
-                    # runner); always rejected: permanent (hooks, dead-letter topic, tolerance).
-                    error = (RetriableError(f"memory sink refused {r.value!r} for now") if self.reject_times >= 0
-                             else RuntimeError(f"memory sink rejected {r.value!r}"))
-                    reporter.report(r, error)
-                    continue
-            accepted.append(ConnectRecord(self.route(r.topic), r.key, r.value, r.headers, r.timestamp,
-                                          r.source_partition, r.source_offset, r.partition))
+            error = self.rejecting.error(r)
+            if error is not None:
+                reporter.report(r, error)
+                continue
+            accepted.append(_renamed(r, self.route(r.topic)))
         self.buffer = []
         with self._lock:
             self.written[self.name].extend(accepted)
 
     def stop(self) -> None:
         self.buffer = []
+
+
+class MemorySideWriter(SideWriter):
+    """The memory sink's side writer: appends to ``MemorySinkTask.written[<name>]`` at once,
+    each record renamed to the side topic; ``reject.values`` applies as for the sink."""
+
+    def __init__(self, config: Mapping[str, Any], topic: str) -> None:
+        super().__init__(topic)
+        cfg = MemorySinkConnector.config_def().parse(config)
+        self.name = cfg["name"]
+        self.rejecting = _Rejections(cfg)
+        self.closed = 0
+
+    def send(self, records: Sequence[ConnectRecord], deadline: float) -> None:
+        accepted = []
+        for r in records:
+            error = self.rejecting.error(r)
+            if error is not None:
+                self._fail(r, error)
+            else:
+                accepted.append(_renamed(r, self.topic))
+        with MemorySinkTask._lock:
+            MemorySinkTask.written[self.name].extend(accepted)
+
+    def flush(self, deadline: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed += 1
 
 
 class MemorySinkConnector(SinkConnector):
@@ -139,3 +187,7 @@ class MemorySinkConnector(SinkConnector):
     @classmethod
     def task_class(cls) -> type:
         return MemorySinkTask
+
+    @classmethod
+    def side_writer(cls, config: Mapping[str, Any], topic: str) -> SideWriter:
+        return MemorySideWriter(config, topic)

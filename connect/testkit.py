@@ -20,8 +20,9 @@ with its ``connector.class``: a name the worker resolves, or give the class as `
 (:data:`FRAMEWORK_KEYS`). Without a source, ``records=`` feeds the pair (ConnectRecords,
 ``(key, value)`` pairs or values); without a sink, a capture sink collects what it receives
 (:attr:`PairRun.delivered`). With ``errors.deadletterqueue.topic.name`` set, dead letters go to a
-capture writer (:attr:`PairRun.dead_letters`), or through ``dead_letters=``: ``"sink"`` (the pair's
-sink class, as the worker does) or a SinkTask class of your own.
+capture writer (:attr:`PairRun.dead_letters`), or through ``dead_letters=``: ``"sink"`` (the side
+writer of the pair's sink connector - or of ``dlq.connector.class`` when set - as the worker writes
+them, :mod:`connect.sink.side`) or a SinkConnector class whose side writer keeps them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from connect.connector import Connector, SinkConnector, SourceConnector
 from connect.errors import ConfigError, ConfigIssue
 from connect.plugins import resolve_connector
 from connect.records import ConnectRecord
-from connect.sink import SinkTask, SinkTaskContext
+from connect.sink import SinkTask
+from connect.sink.side import SideWriter, side_output_issues
 from connect.source import SourceTask
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import EpochResult
@@ -43,7 +45,7 @@ from connect.tasks.runner import TaskPairRunner
 from connect.tasks.stages import build_chain
 from connect.transforms.chain import is_transforms_key, load_transforms
 
-__all__ = ["run_pair", "PairRun", "CaptureSinkTask", "ListSourceTask", "FRAMEWORK_KEYS"]
+__all__ = ["run_pair", "PairRun", "CaptureSinkTask", "CaptureSideWriter", "ListSourceTask", "FRAMEWORK_KEYS"]
 
 # The framework keys of one pair, by the worker's names, and the RunnerPolicy field each sets.
 FRAMEWORK_KEYS = {
@@ -100,6 +102,21 @@ class CaptureSinkTask(SinkTask):
 
     def stop(self) -> None:
         pass
+
+
+class CaptureSideWriter(SideWriter):
+    """Collects the side records it is given in :attr:`received` (their topic set to its own),
+    acknowledging every one."""
+
+    def __init__(self, topic: str = "") -> None:
+        super().__init__(topic)
+        self.received: list[ConnectRecord] = []
+
+    def send(self, records: Sequence[ConnectRecord], deadline: float) -> None:
+        self.received.extend(attrs.evolve(r, topic=self.topic) for r in records)
+
+    def flush(self, deadline: float) -> bool:
+        return True
 
 
 @attrs.define
@@ -188,10 +205,34 @@ def _task(spec: Any, kind: str, config: dict[str, Any]) -> tuple[Any, dict[str, 
     return spec(), {**side, **own}
 
 
+def _dead_letter_writer(flat: Mapping[str, str], topic: str, capture: CaptureSideWriter, dead_letters: Any,
+                        sink: Any, sink_cfg: Mapping[str, Any]) -> Callable[[], SideWriter]:
+    """The dead-letter writer's factory, as the worker builds it: the capture writer, or the side
+    writer of ``dlq.connector.class`` (its keys the ``dlq.*`` ones), of a connector class given as
+    ``dead_letters``, or of the sink connector (``"sink"``: its keys with the ``dlq.*`` overrides)."""
+    if dead_letters is None:
+        return lambda: capture
+    dlq = {k[4:]: v for k, v in flat.items() if k.startswith("dlq.")}
+    named = dlq.pop("connector.class", None)
+    cls = named or (sink if dead_letters == "sink" else dead_letters)
+    if isinstance(cls, str):
+        cls = resolve_connector(cls, "sink")
+    if not (isinstance(cls, type) and issubclass(cls, SinkConnector)):
+        raise ConfigError([ConfigIssue("errors.deadletterqueue.topic.name", None, "dead_letters='sink' needs the sink "
+                                       "as a SinkConnector class or name (its side writer keeps the dead letters)")],
+                          source="run_pair")
+    issues = side_output_issues(cls, {"errors.deadletterqueue.topic.name": topic})
+    if issues:
+        raise ConfigError(issues, source="run_pair")
+    base = {} if named or dead_letters != "sink" else {k: v for k, v in sink_cfg.items() if k != "connector.class"}
+    config = {**base, **dlq, "topic": topic, "topic.template": "{topic}"}
+    return lambda: cls.side_writer(config, topic)
+
+
 def run_pair(config: Mapping[str, Any] | None = None, *, records: Iterable[Any] | None = None,
              source: type[SourceConnector] | type[SourceTask] | str | None = None,
              sink: type[SinkConnector] | type[SinkTask] | str | None = None,
-             dead_letters: str | type[SinkTask] | None = None, epochs: int = 5,
+             dead_letters: str | type[SinkConnector] | None = None, epochs: int = 5,
              until: Callable[[PairRun], bool] | None = None, offsets: Mapping[str, Any] | None = None,
              name: str = "testkit") -> PairRun:
     """Run a pair for at most ``epochs`` epochs (see the module doc); stops early once ``until(run)``
@@ -211,18 +252,11 @@ def run_pair(config: Mapping[str, Any] | None = None, *, records: Iterable[Any] 
     capture = CaptureSinkTask()
     sink_task, sink_cfg = (capture, sink_cfg) if sink is None and "connector.class" not in sink_cfg \
         else _task(sink or sink_cfg["connector.class"], "sink", sink_cfg)
-    dlq_capture = CaptureSinkTask()
+    dlq_capture = CaptureSideWriter(dlq_topic)
     dlq_factory = None
     if dlq_topic:
-        dlq_cfg = {**sink_cfg, **{k[4:]: v for k, v in flat.items() if k.startswith("dlq.")},
-                   "topic": dlq_topic, "topic.template": "{topic}"}
-        writer = type(sink_task) if dead_letters == "sink" else dead_letters
-
-        def dlq_factory() -> SinkTask:  # as the worker builds its dead-letter writer
-            task = dlq_capture if writer is None else writer()
-            task.context = SinkTaskContext(f"{name}-0-dlq", dlq_cfg)
-            task.start(dlq_cfg, task.context)
-            return task
+        dlq_factory = _dead_letter_writer(flat, dlq_topic, dlq_capture, dead_letters,
+                                          sink or flat.get("sink.connector.class"), sink_cfg)
 
     steps, closers = transforms.build()
     runner = TaskPairRunner(

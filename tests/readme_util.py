@@ -42,7 +42,7 @@ def opening() -> str:
     return readme_text().split("\n## ", 1)[0]
 
 
-def shell_blocks() -> list[Block]:
+def _fenced_blocks(fences: tuple[str, ...]) -> list[Block]:
     blocks, section, fence, start, body = [], "", None, 0, []
     for number, line in enumerate(readme_text().splitlines(), 1):
         match = _FENCE.match(line)
@@ -52,12 +52,16 @@ def shell_blocks() -> list[Block]:
             elif heading := _HEADING.match(line):
                 section = heading.group(2)
         elif match and not match.group(1):
-            if fence in SHELL_FENCES:
+            if fence in fences:
                 blocks.append(Block(section, start, "\n".join(body)))
             fence = None
         else:
             body.append(line)
     return blocks
+
+
+def shell_blocks() -> list[Block]:
+    return _fenced_blocks(SHELL_FENCES)
 
 
 def argv_variants(command: str) -> list[list[str]]:
@@ -68,3 +72,11 @@ def argv_variants(command: str) -> list[list[str]]:
         if _ALTERNATIVES.match(word):
             return [argv[:i] + [name] + argv[i + 1:] for name in word.split("|")]
     return [argv]
+
+
+def python_block(first_line: str) -> Block:
+    """The README's ```python block whose first line is ``first_line`` (e.g. ``# upper_sink.py ...``)."""
+    found = [b for b in _fenced_blocks(("python",)) if b.text.split("\n", 1)[0].strip() == first_line]
+    if len(found) != 1:
+        raise AssertionError(f"README.md has {len(found)} ```python blocks starting {first_line!r}, not one")
+    return found[0]

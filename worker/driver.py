@@ -170,7 +170,8 @@ class PipelineRuntime:
         topic = self.settings.dlq_topic
         if not topic:
             return None
-        return {**sink_config, **self.pipeline.dlq_overrides, "topic": topic, "topic.template": "{topic}"}
+        base = {} if self.pipeline.dlq_class is not None else sink_config  # dlq.connector.class: its own keys
+        return {**base, **self.pipeline.dlq_overrides, "topic": topic, "topic.template": "{topic}"}
 
     def offset_syncs_config(self, sink_config: dict[str, Any]) -> dict[str, Any] | None:
         topic = self.settings.runner.offset_syncs_topic
@@ -203,6 +204,8 @@ class PipelineRuntime:
                                       t.source_config, sink_task, t.sink_config, self.dlq_config(t.sink_config),
                                       self.settings.runner, token,
                                       offset_syncs_config=self.offset_syncs_config(t.sink_config),
+                                      sink_connector_class=self.pipeline.sink_class,
+                                      dlq_connector_class=self.pipeline.dlq_class,
                                       secrets=self._secrets, transforms=self.pipeline.transforms))
         return specs, tokens
 

@@ -43,9 +43,9 @@ from typing import Any
 import attrs
 import orjson
 
-from connect.errors import RetriableError
+from connect.errors import ConnectError, RetriableError
 from connect.secrets import Redactor, install_log_redaction
-from connect.sink import SinkTask, SinkTaskContext
+from connect.sink.side import SideWriter
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, REASON_SHOWN, EpochResult
 from connect.tasks.runner import TaskPairRunner
@@ -79,6 +79,9 @@ class TaskPairSpec:
     token: str = ""  # fencing token: the driver accepts this attempt's result only
     offsets: dict[str, dict[str, Any]] | None = None  # fixed offsets (tests); None: ask the driver
     offset_syncs_config: dict[str, Any] | None = None  # the sink's config writing offset syncs
+    # builds the side writers (dead letters, offset syncs) from dlq_config / offset_syncs_config
+    sink_connector_class: type | None = None
+    dlq_connector_class: type | None = None  # dlq.connector.class; None: the sink connector
     secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
     transforms: TransformsConfig | None = None  # the connector's transforms and predicates, parsed
 
@@ -151,16 +154,18 @@ def _offset_lookup(spec: TaskPairSpec, control: ControlAddress | None):
     return lambda keys: client.request("offsets", connector=spec.connector, keys=keys)
 
 
-def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str):
-    """Builds another instance of the pair's sink task (dead-letter or offset-syncs writer)."""
+def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str, cls: type | None):
+    """Builds the side writer of the pair's sink connector (:mod:`connect.sink.side`) for the
+    dead-letter or offset-syncs topic (``config["topic"]``), with that side's own client settings."""
     if config is None:
         return None
 
-    def build() -> SinkTask:
-        task = spec.sink_task_class()
-        task.context = SinkTaskContext(f"{spec.connector}-{spec.task}-{role}", config)
-        task.start(config, task.context)
-        return task
+    def build() -> SideWriter:
+        writer = cls.side_writer(config, config["topic"]) if cls is not None else None
+        if writer is None:  # validation refuses this; a spec built by hand may not
+            raise ConnectError(f"{spec.connector}: the sink connector {getattr(cls, '__name__', cls)} has no side "
+                               f"writer for the {role} topic {config['topic']!r} (see connect.sink.side)")
+        return writer
 
     return build
 
@@ -178,8 +183,8 @@ def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner
         connector=spec.connector, task_id=spec.task, source=spec.source_task_class(), sink=spec.sink_task_class(),
         source_config=spec.source_config, sink_config=spec.sink_config, policy=spec.policy,
         offsets=spec.offsets, offset_lookup=_offset_lookup(spec, control),
-        dlq_factory=_writer_factory(spec, spec.dlq_config, "dlq"),
-        offset_syncs_factory=_writer_factory(spec, spec.offset_syncs_config, "offset-syncs"),
+        dlq_factory=_writer_factory(spec, spec.dlq_config, "dlq", spec.dlq_connector_class or spec.sink_connector_class),
+        offset_syncs_factory=_writer_factory(spec, spec.offset_syncs_config, "offset-syncs", spec.sink_connector_class),
         stages=_stages(spec), stop_requested=_stop_flag(control, spec.connector))
 
 

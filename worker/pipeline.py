@@ -41,6 +41,7 @@ from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
 from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
 from connect.secrets import MASK, Redactor, is_secret_name
+from connect.sink.side import side_output_issues, writes_side_outputs
 from connect.tasks.stages import target_routes
 from connect.transforms.chain import TransformsConfig, is_transforms_key, parse_transforms
 from connect.transforms.chain import secret_keys as transforms_secret_keys
@@ -86,6 +87,8 @@ class PipelineConfig:
     dlq_overrides: dict[str, str]
     raw: dict[str, str]
     provided_values: frozenset[str] = frozenset()  # values that came from config providers (masked too)
+    # dlq.connector.class: the broker sink writing dead letters, dlq_overrides its whole config
+    dlq_class: type[SinkConnector] | None = None
     transforms: TransformsConfig = TransformsConfig()  # the transforms/predicates keys, parsed
 
     def config_hash(self) -> str:
@@ -94,7 +97,7 @@ class PipelineConfig:
     def secret_keys(self) -> set[str]:
         """Keys of :attr:`raw` holding credentials: declared secret by the connector of their side
         (``dlq.*`` by the sink's) or named like a credential."""
-        return _secret_keys(self.raw, {"source": self.source_class, "sink": self.sink_class})
+        return _secret_keys(self.raw, {"source": self.source_class, "sink": self.sink_class, "dlq": self.dlq_class})
 
     def secret_values(self) -> set[str]:
         """The non-empty values of :meth:`secret_keys`, e.g. for a :class:`~connect.secrets.Redactor`."""
@@ -102,7 +105,8 @@ class PipelineConfig:
 
 
 def _secret_keys(flat: Mapping[str, str], classes: Mapping[str, type | None]) -> set[str]:
-    declared = {f"{side}.{name}" for side, cls in (*classes.items(), ("dlq", classes.get("sink"))) if cls is not None
+    sides = {**classes, "dlq": classes.get("dlq") or classes.get("sink")}
+    declared = {f"{side}.{name}" for side, cls in sides.items() if cls is not None
                 for name in cls.config_def().secret_names()}
     return {k for k in flat if k in declared or is_secret_name(k)} | transforms_secret_keys(flat)
 
@@ -202,26 +206,51 @@ def parse_pipeline(document: Any, *, source: str | None = None,
     classes = {"source": source_cls, "sink": sink_cls}
     for key in sorted(set(own) - {k.name for k in PIPELINE_CONFIG.keys()} - {"name"}):
         issues.append(_unknown_pipeline_key(key, classes))
-    dlq = _side(flat, "dlq.")
-    if sink_cls is not None:
-        issues.extend(sink_cls.config_def().unknown_keys(dlq, prefix="dlq."))
+    dlq_cls, dlq = _dlq_side(flat, sink_cls, issues)
+    classes = {**classes, "dlq": dlq_cls}
     values = PIPELINE_CONFIG.parse(own) if not issues else {}
     aliases = _replication_aliases(source_cfg, sink_cfg, values, issues) if not issues else ("", "")
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     settings = FrameworkSettings.from_config(values, aliases)
-    issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings, transforms)
+    issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings, transforms, dlq_cls)
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     return PipelineConfig(
         name=name, settings=settings, source_class=source_cls, source_config=source_cfg,
-        sink_class=sink_cls, sink_config=sink_cfg, dlq_overrides=dlq, raw=flat, transforms=transforms,
+        sink_class=sink_cls, sink_config=sink_cfg, dlq_overrides=dlq, raw=flat, dlq_class=dlq_cls,
+        transforms=transforms,
     )
+
+
+def _dlq_side(flat: Mapping[str, str], sink_cls: type[SinkConnector] | None, issues: list[ConfigIssue]):
+    """(connector, keys) of the dead-letter writer: ``dlq.*`` override the sink's keys, unless
+    ``dlq.connector.class`` names a broker sink - then they are that connector's own config (a
+    sink with no cluster of its own, a user's file sink, keeps its dead letters in Kafka...)."""
+    dlq = _side(flat, "dlq.")
+    name = dlq.pop("connector.class", "")
+    if not name:
+        if sink_cls is not None:
+            issues.extend(sink_cls.config_def().unknown_keys(dlq, prefix="dlq."))
+        return None, dlq
+    try:
+        cls = resolve_connector(name, "sink")
+    except PluginError as exc:
+        issues.append(ConfigIssue("dlq.connector.class", name, str(exc)))
+        return None, dlq
+    if not writes_side_outputs(cls):
+        issues.append(ConfigIssue("dlq.connector.class", name, "writes no side outputs (it defines no "
+                                  "SinkConnector.side_writer): name a broker sink (kafka, pulsar, rocketmq)"))
+        return None, dlq
+    issues.extend(i._replace(key=f"dlq.{i.key}") for i in cls.validate(dlq))
+    issues.extend(cls.config_def().unknown_keys(dlq, prefix="dlq."))
+    return cls, dlq
 
 
 def _target_name_issues(source_cls: type[SourceConnector], source_cfg: Mapping[str, str],
                         sink_cls: type[SinkConnector], sink_cfg: Mapping[str, str], dlq: Mapping[str, str],
-                        settings: FrameworkSettings, transforms: TransformsConfig) -> list[ConfigIssue]:
+                        settings: FrameworkSettings, transforms: TransformsConfig,
+                        dlq_cls: type[SinkConnector] | None = None) -> list[ConfigIssue]:
     """Target names the sink's broker refuses, wherever they are known before anything runs, so
     ``validate`` and ``run`` refuse them alike: the topics the source names, as the sink receives
     them (a replication flow renames them, then the transforms: ``connect.tasks.stages.target_routes``),
@@ -233,13 +262,18 @@ def _target_name_issues(source_cls: type[SourceConnector], source_cfg: Mapping[s
         routes = target_routes(settings.runner, transforms, named)
         issues.extend(routed_issues(routes, lambda received: [
             i._replace(key=f"sink.{i.key}") for i in sink_cls.target_issues(sink_own, received)]))
-    for key, topic, overrides, what in (
-            ("errors.deadletterqueue.topic.name", settings.dlq_topic, dlq, "every dead-lettered record"),
-            ("offset.syncs.topic", settings.runner.offset_syncs_topic, {}, "every offset sync")):
+    side = side_output_issues(dlq_cls or sink_cls, {"errors.deadletterqueue.topic.name": settings.dlq_topic}) + \
+        side_output_issues(sink_cls, {"offset.syncs.topic": settings.runner.offset_syncs_topic})
+    if side:
+        return issues + side
+    for key, topic, writer_cls, base, what in (
+            ("errors.deadletterqueue.topic.name", settings.dlq_topic, dlq_cls or sink_cls,
+             dlq if dlq_cls else {**sink_own, **dlq}, "every dead-lettered record"),
+            ("offset.syncs.topic", settings.runner.offset_syncs_topic, sink_cls, sink_own, "every offset sync")):
         if topic:
-            fixed = {**sink_own, **overrides, "topic": topic, "topic.template": "{topic}"}
+            fixed = {**base, "topic": topic, "topic.template": "{topic}"}
             issues.extend(ConfigIssue(key, None, i.message.replace("every source topic maps", f"{what} goes", 1))
-                          for i in sink_cls.validate(fixed) if i.key == "topic")
+                          for i in writer_cls.validate(fixed) if i.key == "topic")
     return issues
 
 

@@ -33,6 +33,8 @@ Guarantees the framework makes to a sink task:
   whose records all have outcomes, so an epoch ends without waiting for the records in flight:
   they stay with the pair and are accounted in the next epoch. ``pre_commit`` is not called.
 - ``close(partitions)`` and ``stop()`` when the pair stops or is reconfigured.
+- A sink task writes only the pair's data: side outputs (dead letters, offset syncs) are written by
+  the sink connector's side writer (:mod:`connect.sink.side`), never by another instance of it.
 """
 
 from __future__ import annotations

@@ -18,10 +18,12 @@ import logging
 import threading
 from typing import Any, Mapping
 
+from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError
 
-__all__ = ["PartitionedSourceConnector", "parse_assignment", "topic_selection_issues", "ASSIGNMENT_KEY", "EARLIEST_KEY"]
+__all__ = ["PartitionedSourceConnector", "parse_assignment", "topic_selection_issues", "source_keys", "ASSIGNMENT_KEY",
+           "EARLIEST_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,31 @@ def parse_assignment(text: str, separator: str) -> list[tuple[str, int]]:
             topic, _, part = item.strip().rpartition(separator)
             out.append((topic, int(part)))
     return out
+
+
+def source_keys(*, partitions: str, time_kind: str, refresh_ms: int, refresh_why: str = "",
+                poll_batch: bool = True) -> ConfigDef:
+    """The keys every broker source declares alike, declared once (each source merges them into its
+    ConfigDef): ``start.position`` / ``start.timestamp.ms``, ``poll.timeout.ms``,
+    ``refresh.topics.interval.ms`` and (unless the broker batches by pull instead)
+    ``poll.batch.size``. Names and defaults are the ones users rely on; ``refresh_ms`` differs per
+    broker, and ``refresh_why`` says why in its doc. ``partitions`` names the broker's unit
+    (partitions, queues); ``time_kind`` what ``timestamp`` compares (publish time, store time)."""
+    keys = (
+        ConfigDef()
+        .define("start.position", Type.STRING, "earliest",
+                f"Where {partitions} without a committed position start: earliest, latest or timestamp "
+                f"({time_kind}).", validator=one_of("earliest", "latest", "timestamp"))
+        .define("start.timestamp.ms", Type.LONG, -1, f"With start.position=timestamp: epoch milliseconds of {time_kind}.")
+    )
+    if poll_batch:
+        keys.define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
+    return (keys
+            .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
+            .define("refresh.topics.interval.ms", Type.INT, refresh_ms,
+                    f"How often the connector looks for new topics and {partitions}; 0 disables."
+                    + (f" Default {refresh_ms // 1000} s: {refresh_why}" if refresh_why else ""),
+                    validator=at_least(0)))
 
 
 def topic_selection_issues(config: Mapping[str, Any]) -> list[ConfigIssue]:
@@ -64,7 +91,7 @@ class PartitionedSourceConnector(SourceConnector):
                                           "must be epoch milliseconds >= 0 when start.position=timestamp"))
         return issues
 
-    # Connectors that list partitions through a pooled client (connect.clientpool.SharedClients)
+    # Connectors that list partitions through a pooled client (connect.clientpool.ClientPool)
     # set these two and get ``start``/``stop``: the parsed config in ``_cfg``, the client in ``_client``.
     client_pool = None
     client_key: Any = None  # staticmethod: parsed config -> the pool's key for its client

@@ -3,8 +3,9 @@
 Order of decision (first that accepts wins, and the record's offset may then advance):
 1. ``SourceTask.dismiss_failed_msgs(records)`` (RIP-45) - the source says they may be dropped;
 2. ``SourceTask.customer_failed_msgs(records)`` (RIP-45) - the source handled them itself;
-3. the dead-letter topic (``errors.deadletterqueue.topic.name``), written through its own sink
-   task and acknowledged before anything advances;
+3. the dead-letter topic (``errors.deadletterqueue.topic.name``), written by the sink
+   connector's side writer (:mod:`connect.sink.side`: its own client, to the sink's cluster) and
+   acknowledged by the broker before anything advances;
 4. ``errors.tolerance=all`` - skipped.
 Whatever none of them accepts is returned: the runner keeps its partition's offset where it was
 and fails the task. Every record is counted in exactly one of the stats' buckets.
@@ -22,7 +23,7 @@ from typing import Callable, Sequence
 
 from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord
-from connect.sink import SinkTask
+from connect.sink.side import SideWriter
 from connect.source import SourceTask
 from connect.tasks.results import EpochStats
 
@@ -55,14 +56,17 @@ def dead_letter_record(record: ConnectRecord, error: BaseException, *, connector
 
 class FailedRecordHandler:
     def __init__(self, *, source: SourceTask, stats: EpochStats, tolerance_all: bool, log_errors: bool,
-                 dlq_factory: Callable[[], SinkTask] | None, connector: str, task: str, dlq_headers: bool,
+                 dlq_factory: Callable[[], SideWriter] | None, connector: str, task: str, dlq_headers: bool,
                  deadline: Callable[[], float] = lambda: float("inf")):
         self._source = source
         self._stats = stats
         self._tolerance_all = tolerance_all
         self._log_errors = log_errors
         self._dlq_factory = dlq_factory
-        self._dlq: SinkTask | None = None
+        self._dlq: SideWriter | None = None
+        # id(failed record) -> its dead letter, sent and waiting for an outcome: a retry within the
+        # epoch waits for it instead of sending it again.
+        self._sent: dict[int, ConnectRecord] = {}
         self._connector = connector
         self._task = task
         self._dlq_headers = dlq_headers
@@ -103,21 +107,26 @@ class FailedRecordHandler:
     def _write_dead_letters(self, failures: Sequence[Failure]) -> None:
         if self._dlq is None:
             self._dlq = self._dlq_factory()
-        batch = [dead_letter_record(r, e, connector=self._connector, task=self._task, with_headers=self._dlq_headers)
-                 for r, e in failures]
-        self._dlq.context.deadline = self._deadline()
-        self._dlq.put(batch)
-        complete = self._dlq.flush({}) is not False
-        rejected = self._dlq.context.errant_record_reporter.take()
-        if rejected:
-            record, error = rejected[0]
-            if all(isinstance(e, RetriableError) for _, e in rejected):
-                raise RetriableError(f"dead-letter topic did not take {len(rejected)} record(s) yet: {error}")
-            raise ConnectError(f"dead-letter topic rejected {len(rejected)} record(s), first {record.position()}: {error}")
+        fresh = [(r, e) for r, e in failures if id(r) not in self._sent]
+        letters = [dead_letter_record(r, e, connector=self._connector, task=self._task, with_headers=self._dlq_headers)
+                   for r, e in fresh]
+        self._sent.update((id(r), letter) for (r, _), letter in zip(fresh, letters, strict=True))
+        deadline = self._deadline()
+        failed, complete = self._dlq.write(letters, deadline)
+        if failed:
+            refused = {id(letter) for letter, _ in failed}
+            self._sent = {k: v for k, v in self._sent.items() if id(v) not in refused}  # sent again next time
+            record, error = failed[0]
+            if all(isinstance(e, RetriableError) for _, e in failed):
+                raise RetriableError(f"dead-letter topic did not take {len(failed)} record(s) yet: {error}")
+            raise ConnectError(f"dead-letter topic rejected {len(failed)} record(s), first {record.position()}: {error}")
         if not complete:
             raise RetriableError("dead-letter writes not acknowledged before the epoch deadline")
+        for r, _ in failures:
+            self._sent.pop(id(r), None)
 
     def close(self) -> None:
+        self._sent = {}
         if self._dlq is not None:
-            self._dlq.stop()
+            self._dlq.close()
             self._dlq = None

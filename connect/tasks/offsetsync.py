@@ -153,8 +153,8 @@ def decode_sync(value: bytes | str) -> OffsetSync:
 
 
 class OffsetSyncEmitter:
-    """Writes offset syncs for one task pair through a writer sink task (the pair's sink connector,
-    its topic set to the offset-syncs topic)."""
+    """Writes offset syncs for one task pair through a side writer of the pair's sink connector
+    (:class:`~connect.sink.side.SideWriter`, its topic the offset-syncs topic)."""
 
     def __init__(self, positions: AckedPositions, writer_factory: Callable[[], Any], *, topic: str,
                  source_alias: str, target_alias: str, interval_ms: int, name: str):
@@ -209,15 +209,11 @@ class OffsetSyncEmitter:
             if records:
                 if writer is None:
                     writer = self._writer = self._factory()
-                writer.context.deadline = time.monotonic() + 0.5  # a full queue never holds the data up
-                writer.put(records)
+                writer.send(records, time.monotonic() + 0.5)  # a full queue never holds the data up
                 self.emitted += len(records)
             if writer is not None:
-                if writer.checkpoint() is None:  # a synchronous sink: flush it
-                    writer.flush({})
-                else:
-                    writer.wait_outcomes(0)
-                failed = writer.context.errant_record_reporter.take()
+                writer.flush(time.monotonic())  # serve the outcomes that arrived, never wait
+                failed = writer.take_failures()
                 if failed:
                     self.failed += len(failed)
                     log.warning("[%s] %d offset sync(s) not written to %s: %s", self.name, len(failed), self.topic,
@@ -232,7 +228,7 @@ class OffsetSyncEmitter:
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
-                writer.stop()
+                writer.close()
             except Exception:  # noqa: BLE001
                 pass
 
@@ -244,8 +240,7 @@ class OffsetSyncEmitter:
         writer = self._writer
         if writer is not None:
             try:
-                writer.context.deadline = time.monotonic() + 1.0
-                writer.flush({})
+                writer.flush(time.monotonic() + 1.0)
             except Exception:  # noqa: BLE001
                 pass
         self._drop_writer()

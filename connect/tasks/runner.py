@@ -46,6 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 from connect.errors import ConnectError, RetriableError, RetriesExhaustedError, TaskFailedError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
+from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.bookkeeping import OpenedPartitions, RecordCommits
 from connect.tasks.failures import FailedRecordHandler
@@ -112,8 +113,8 @@ class TaskPairRunner:
                  source_config: Mapping[str, Any], sink_config: Mapping[str, Any], policy: RunnerPolicy,
                  offsets: Mapping[str, Mapping[str, Any]] | None = None,
                  offset_lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
-                 dlq_factory: Callable[[], SinkTask] | None = None,
-                 offset_syncs_factory: Callable[[], SinkTask] | None = None,
+                 dlq_factory: Callable[[], SideWriter] | None = None,
+                 offset_syncs_factory: Callable[[], SideWriter] | None = None,
                  stages: StageChain | None = None,
                  listeners: Sequence[AckListener] = (),
                  stop_requested: Callable[[], bool] = lambda: False):

@@ -1,4 +1,4 @@
-"""Kafka client settings and a per-process client pool.
+"""Kafka client settings and the per-process Kafka clients (:mod:`connect.clientpool`).
 
 Client settings come from the connector config: ``bootstrap.servers``, then any
 ``client.override.<librdkafka key>`` (every client of the connector), then the role-specific
@@ -12,15 +12,16 @@ meantime) takes the same connected client back instead of reconnecting.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
+from functools import partial
 from typing import Any, Mapping
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["client_config", "ClientPool", "POOL", "OVERRIDE_PREFIXES"]
+from connect.clientpool import ClientPool
+
+__all__ = ["client_config", "KafkaClients", "POOL", "OVERRIDE_PREFIXES"]
 
 OVERRIDE_PREFIXES = ("client.override.", "consumer.override.", "producer.override.", "admin.override.")
 
@@ -36,66 +37,41 @@ def client_config(config: Mapping[str, Any], role: str, defaults: Mapping[str, A
     return conf
 
 
-def _key(role: str, owner: str, conf: Mapping[str, Any]) -> tuple:
-    return (role, owner, tuple(sorted((k, str(v)) for k, v in conf.items() if k != "logger" and not callable(v))))
-
-
-class ClientPool:
-    """Idle clients by (role, owner, settings); ``acquire`` reuses one, ``release`` returns it.
-
-    At most ``max_idle_per_role`` idle clients of each role are kept, least recently released
-    closed first: a Python worker that has run every pair at some point does not keep a client
-    of each of them forever.
-    """
-
-    def __init__(self, max_idle_per_role: int = 4) -> None:
-        self._idle: dict[tuple, Any] = {}  # insertion order = release order
-        self._max_idle = max_idle_per_role
-        self._lock = threading.Lock()
-        atexit.register(self.close_all)
-
-    def acquire(self, role: str, owner: str, conf: Mapping[str, Any]):
-        key = _key(role, owner, conf)
-        with self._lock:
-            client = self._idle.pop(key, None)
-        if client is not None:
-            return client
-        factory = {"consumer": Consumer, "producer": Producer, "admin": AdminClient}[role]
-        return factory(dict(conf))
-
-    def release(self, role: str, owner: str, conf: Mapping[str, Any], client) -> None:
-        key = _key(role, owner, conf)
-        evicted = []
-        with self._lock:
-            previous = self._idle.pop(key, None)
-            if previous is not None and previous is not client:
-                evicted.append(previous)
-            self._idle[key] = client
-            same_role = [k for k in self._idle if k[0] == role]
-            for old in same_role[: max(len(same_role) - self._max_idle, 0)]:
-                evicted.append(self._idle.pop(old))
-        for old in evicted:
-            _close(role, old)
-
-    def idle_count(self, role: str) -> int:
-        with self._lock:
-            return sum(1 for k in self._idle if k[0] == role)
-
-    def close_all(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for (role, *_), client in idle.items():
-            _close(role, client)
+def _key(owner: str, conf: Mapping[str, Any]) -> tuple:
+    return (owner, tuple(sorted((k, str(v)) for k, v in conf.items() if k != "logger" and not callable(v))))
 
 
 def _close(role: str, client) -> None:
-    try:
-        if role == "consumer":
-            client.close()
-        elif role == "producer":
-            client.flush(5)
-    except Exception:  # noqa: BLE001 - closing at exit is best effort
-        pass
+    if role == "consumer":
+        client.close()
+    elif role == "producer":
+        client.flush(5)
 
 
-POOL = ClientPool()
+class KafkaClients:
+    """The per-process Kafka clients: one :class:`connect.clientpool.ClientPool` per role (consumer,
+    producer, admin), each held by one user at a time and keyed by (owner, settings); at most
+    ``max_idle_per_role`` idle clients of each role are kept, least recently released closed first,
+    so a Python worker that has run every pair at some point does not keep a client of each."""
+
+    _FACTORIES = {"consumer": Consumer, "producer": Producer, "admin": AdminClient}
+
+    def __init__(self, max_idle_per_role: int = 4) -> None:
+        self._pools = {role: ClientPool(close=partial(_close, role), what=f"Kafka {role}", max_idle=max_idle_per_role)
+                       for role in self._FACTORIES}
+
+    def acquire(self, role: str, owner: str, conf: Mapping[str, Any]):
+        return self._pools[role].acquire(_key(owner, conf), lambda: self._FACTORIES[role](dict(conf)))
+
+    def release(self, role: str, owner: str, conf: Mapping[str, Any], client) -> None:
+        self._pools[role].release(_key(owner, conf), client)
+
+    def idle_count(self, role: str) -> int:
+        return self._pools[role].idle_count()
+
+    def close_all(self) -> None:
+        for pool in self._pools.values():
+            pool.close_all()
+
+
+POOL = KafkaClients()

@@ -35,7 +35,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
-from connect.errors import ConnectError, RetriableError, RetriesExhaustedError
+from connect.errors import ConnectError, DeliveryError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
@@ -96,11 +96,6 @@ def is_permanent(err: KafkaError) -> bool:
     return not err.fatal() and err.code() in _PERMANENT
 
 
-class DeliveryError(ConnectError):
-    """The target refused one record for good (too large, invalid, not authorized)."""
-
-
-
 class KafkaSinkConnector(SinkConnector):
     @classmethod
     def config_def(cls) -> ConfigDef:
@@ -123,6 +118,12 @@ class KafkaSinkConnector(SinkConnector):
     @classmethod
     def task_class(cls) -> type:
         return KafkaSinkTask
+
+    @classmethod
+    def side_writer(cls, config: Mapping[str, Any], topic: str):
+        from connectors.kafka.side import KafkaSideWriter
+
+        return KafkaSideWriter(config, topic)
 
 
 class KafkaSinkTask(SinkTask):

@@ -23,11 +23,17 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
+from connect.config import ConfigDef, Importance, Type, non_empty, valid_regex
 from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
-from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
+from connect.source.partitioned import (
+    ASSIGNMENT_KEY,
+    EARLIEST_KEY,
+    PartitionedSourceConnector,
+    parse_assignment,
+    source_keys,
+)
 from connectors.kafka.clients import POOL, client_config
 
 __all__ = ["KafkaSourceConnector", "KafkaSourceTask"]
@@ -45,14 +51,8 @@ CONFIG = (
     .define("topics.regex", Type.STRING, "", "Regex of topics to read (full match).", validator=valid_regex)
     .define("topics.exclude", Type.STRING, r"__.*|.*\.internal", "Regex of topics never read (full match).",
             validator=valid_regex)
-    .define("start.position", Type.STRING, "earliest",
-            "Where partitions without a committed offset start: earliest, latest or timestamp.",
-            validator=one_of("earliest", "latest", "timestamp"))
-    .define("start.timestamp.ms", Type.LONG, -1, "With start.position=timestamp: epoch milliseconds to start at.")
-    .define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
-    .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
-    .define("refresh.topics.interval.ms", Type.INT, 10_000,
-            "How often the connector looks for new topics and partitions; 0 disables.", validator=at_least(0))
+    .merge(source_keys(partitions="partitions", time_kind="record timestamp", refresh_ms=10_000,
+                       refresh_why="a metadata request to one broker lists every topic and partition, cheaply."))
     .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
     .define_prefix("consumer.override.", "librdkafka settings for the consumers only.")
     .define_prefix("admin.override.", "librdkafka settings for the admin client only.")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from connect.clientpool import SharedClients
+from connect.clientpool import ClientPool
 from connect.config import ConfigDef, Importance, Type, at_least, one_of
 from connect.errors import ConfigIssue
 
@@ -96,4 +96,4 @@ def _new_client(settings: tuple):
     return pulsar.Client(cfg["service.url"], **kwargs)
 
 
-CLIENTS = SharedClients(_new_client, "pulsar client")
+CLIENTS = ClientPool(_new_client, what="pulsar client", shared=True)

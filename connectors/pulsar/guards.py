@@ -193,6 +193,11 @@ class ReaderGuards:
             self._swap(entry)
 
     def _open_async(self, name: str, start_id, inclusive: bool, callback) -> None:
+        # No public API: pulsar-client 3.x has no asynchronous reader creation (Client.create_reader
+        # blocks up to operation.timeout.ms, which would hold the epoch) and no asynchronous
+        # has_message_available; both exist only in the ``_pulsar`` extension, used here and in
+        # _check_idle; the hot-path read in _read does the same for speed (issue 25: the sink, side
+        # writer and groups use only the public API).
         import _pulsar
 
         conf = _pulsar.ReaderConfiguration()

@@ -20,7 +20,7 @@ import threading
 from connect.errors import ConnectError, RetriableError
 from connect.records import ValueSchema
 
-__all__ = ["SchemaLookup", "SchemaIncompatibleError", "producer_schema"]
+__all__ = ["SchemaLookup", "SchemaIncompatibleError", "producer_schema", "schema_types"]
 
 
 class SchemaIncompatibleError(ConnectError):
@@ -48,7 +48,8 @@ class SchemaLookup:
             return found
         pulsar = self._pulsar
         try:
-            info = self._client._client.get_schema_info(topic, version)  # CommandGetSchema
+            # CommandGetSchema; no public API: pulsar.Client has no call for a schema by version.
+            info = self._client._client.get_schema_info(topic, version)
         except (pulsar.Timeout, pulsar.ConnectError, pulsar.ServiceUnitNotReady,
                 pulsar.AlreadyClosed, pulsar.LookupError) as exc:
             raise RetriableError(f"schema version {version} of {topic}: no answer from the source broker "
@@ -63,6 +64,17 @@ class SchemaLookup:
         return schema
 
 
+# pulsar-client has no public API for these two: its schema types (``SchemaType``) and a schema
+# info built from a definition as it is (``SchemaInfo``; the public ``pulsar.schema.Schema``
+# constructor JSON-encodes the definition again) exist only in the ``_pulsar`` extension, which its
+# own ``pulsar.schema`` classes use too. This module is the one place this project touches them.
+def schema_types() -> list[str]:
+    """The schema type names pulsar-client knows (AVRO, JSON, PROTOBUF, STRING, ...)."""
+    import _pulsar
+
+    return list(_pulsar.SchemaType.__members__)
+
+
 def producer_schema(schema: ValueSchema):
     """A pulsar-client schema object that declares ``schema`` and sends payloads unchanged."""
     import _pulsar
@@ -72,7 +84,7 @@ def producer_schema(schema: ValueSchema):
         schema_type = getattr(_pulsar.SchemaType, schema.type)
     except AttributeError:
         raise ConnectError(f"schema type {schema.type!r} is not one pulsar-client knows "
-                           f"({', '.join(_pulsar.SchemaType.__members__)})") from None
+                           f"({', '.join(schema_types())})") from None
 
     class _Declared(Schema):
         def __init__(self):  # noqa: D107 - Schema.__init__ would JSON-encode the definition again

@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.errors import ConfigIssue, DeliveryError, RetriableError
 from connect.records import ConnectRecord, ValueSchema
 from connect.sink import QueuedOutcomes, SinkTask
 from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
@@ -45,10 +45,10 @@ from connect.sink.routing import ROUTING_CONFIG
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import message_fields
 from connectors.pulsar.names import PULSAR_NAMES
-from connectors.pulsar.schemas import SchemaIncompatibleError, producer_schema
+from connectors.pulsar.schemas import SchemaIncompatibleError, producer_schema, schema_types
 from connectors.pulsar.source import partition_topic, split_partition
 
-__all__ = ["PulsarSinkConnector", "PulsarSinkTask", "DeliveryError"]
+__all__ = ["PulsarSinkConnector", "PulsarSinkTask"]
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +77,28 @@ CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
 )
 
 
-class DeliveryError(ConnectError):
-    """The target refused one record for good (too big, not authorized, invalid)."""
-
-
-def _results():
+def permanent_results():
+    """(Result.Ok, the results that refuse a record for good)."""
     import pulsar
 
     r = pulsar.Result
     permanent = {r.MessageTooBig, r.InvalidMessage, r.AuthorizationError, r.AuthenticationError,
                  r.TopicTerminated, r.InvalidTopicName, r.NotAllowedError}
     return r.Ok, permanent
+
+
+def producer_options(cfg: Mapping[str, Any], pulsar) -> dict[str, Any]:
+    """``create_producer`` keyword arguments from the sink's parsed config (data and side writers)."""
+    mode = (pulsar.PartitionsRoutingMode.UseSinglePartition if cfg["routing.mode"] == "single"
+            else pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    compression = cfg["compression.type"].upper() if cfg["compression.type"] != "none" else "NONE"
+    return dict(send_timeout_millis=cfg["send.timeout.ms"], block_if_queue_full=False,
+                max_pending_messages=cfg["max.pending.messages"],
+                max_pending_messages_across_partitions=cfg["max.pending.messages"],
+                batching_enabled=cfg["batching.enabled"], chunking_enabled=cfg["chunking.enabled"],
+                batching_max_messages=cfg["batching.max.messages"],
+                batching_max_publish_delay_ms=cfg["batching.max.publish.delay.ms"],
+                compression_type=getattr(pulsar.CompressionType, compression), message_routing_mode=mode)
 
 
 class PulsarSinkConnector(SinkConnector):
@@ -104,11 +115,9 @@ class PulsarSinkConnector(SinkConnector):
                                       "chunk batched messages)"))
         declared = str(config.get("value.schema.type", "") or "")
         if declared:
-            import _pulsar
-
-            if declared.upper() not in _pulsar.SchemaType.__members__:
+            if declared.upper() not in schema_types():
                 issues.append(ConfigIssue("value.schema.type", declared, "not a Pulsar schema type (one of "
-                                          f"{', '.join(sorted(_pulsar.SchemaType.__members__))})"))
+                                          f"{', '.join(sorted(schema_types()))})"))
             elif not config.get("value.schema.definition") and declared.upper() in ("AVRO", "JSON", "PROTOBUF"):
                 issues.append(ConfigIssue("value.schema.definition", None, f"value.schema.type={declared} needs the "
                                           "schema definition"))
@@ -121,6 +130,12 @@ class PulsarSinkConnector(SinkConnector):
     @classmethod
     def task_class(cls) -> type:
         return PulsarSinkTask
+
+    @classmethod
+    def side_writer(cls, config: Mapping[str, Any], topic: str):
+        from connectors.pulsar.side import PulsarSideWriter
+
+        return PulsarSideWriter(config, topic)
 
     def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
         # Pulsar creates targets on first use: only the renamed and refused names are told here.
@@ -139,10 +154,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         self._route = TargetNames(cfg, PULSAR_NAMES)
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
-        self._ok, self._permanent = _results()
-        import _pulsar
-
-        self._builder = _pulsar.MessageBuilder
+        self._ok, self._permanent = permanent_results()
         self._producers: dict[str, list] = {}  # target (partition) topic -> [producer, its schema or None]
         declared = cfg["value.schema.type"].upper()
         self._declared = (ValueSchema(declared, cfg["value.schema.definition"], cfg["value.schema.name"])
@@ -179,19 +191,10 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                 current[0].close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
-        pulsar, cfg = self._pulsar, self._cfg
-        mode = (pulsar.PartitionsRoutingMode.UseSinglePartition if self._mode == "single"
-                else pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+        pulsar = self._pulsar
         try:
-            producer = self._client.create_producer(
-                topic, send_timeout_millis=cfg["send.timeout.ms"], block_if_queue_full=False,
-                max_pending_messages=self._max_pending, max_pending_messages_across_partitions=self._max_pending,
-                batching_enabled=cfg["batching.enabled"], chunking_enabled=cfg["chunking.enabled"],
-                batching_max_messages=cfg["batching.max.messages"],
-                batching_max_publish_delay_ms=cfg["batching.max.publish.delay.ms"],
-                compression_type=getattr(pulsar.CompressionType, cfg["compression.type"].upper()
-                                         if cfg["compression.type"] != "none" else "NONE"),
-                message_routing_mode=mode, **({"schema": producer_schema(schema)} if schema else {}))
+            producer = self._client.create_producer(topic, **producer_options(self._cfg, pulsar),
+                                                    **({"schema": producer_schema(schema)} if schema else {}))
         except pulsar.IncompatibleSchema as exc:
             raise SchemaIncompatibleError(
                 f"{topic} refused the {schema.type if schema else 'BYTES'} schema {schema.name if schema else ''!r} "
@@ -208,7 +211,6 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         gen = self._gen
         outcomes = self._outcomes
         arrived = self._arrived
-        builder = self._builder
         sent = 0
         try:
             for i, r in enumerate(records):
@@ -244,23 +246,11 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                     arrived.set()
 
                 try:
-                    # The extension's message builder and producer directly: pulsar.Producer.send_async
-                    # type-checks ten arguments per message. A None value is Pulsar's null value
-                    # (a tombstone on compacted topics), as a Kafka tombstone is.
-                    mb = builder()
-                    if value is None:
-                        mb.set_null_value()
-                    else:
-                        mb.content(value)
-                    if properties:
-                        mb.properties(properties)
-                    if key is not None:
-                        mb.partition_key(key)
-                    if ordering is not None:
-                        mb.ordering_key(ordering.decode("utf-8", "replace"))
-                    if r.timestamp:
-                        mb.event_timestamp(r.timestamp)
-                    producer._producer.send_async(mb.build(), done)
+                    # pulsar-client's public send_async: a None value is Pulsar's null value (a
+                    # tombstone on compacted topics), as a Kafka tombstone is.
+                    producer.send_async(value, done, properties=properties or None, partition_key=key,
+                                        ordering_key=ordering.decode("utf-8", "replace") if ordering is not None
+                                        else None, event_timestamp=r.timestamp or None)
                 except Exception as exc:  # noqa: BLE001 - refused before sending
                     self._refused(records, i, exc)
                     break
@@ -309,12 +299,11 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         self.context.errant_record_reporter.report(r, error)
 
     def flush(self, offsets) -> bool:
-        """Every outcome served, at most ``context.time_left()``; False if time ran out first."""
-        for producer, _ in list(self._producers.values()):
-            try:
-                producer.flush_async(lambda _res: None)
-            except Exception:  # noqa: BLE001 - outcomes are still counted below
-                pass
+        """Every outcome served, at most ``context.time_left()``; False if time ran out first.
+
+        Producers are not flushed: pulsar-client's public ``Producer.flush`` blocks without a
+        bound (an outage would hold the epoch), and a batch leaves by itself within
+        ``batching.max.publish.delay.ms``; only the outcomes are waited for."""
         return self._settle_all()
 
     def stop(self) -> None:

@@ -42,11 +42,17 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from connect.config import ConfigDef, Importance, Type, at_least, one_of, valid_regex
+from connect.config import ConfigDef, Importance, Type, at_least, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
-from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
+from connect.source.partitioned import (
+    ASSIGNMENT_KEY,
+    EARLIEST_KEY,
+    PartitionedSourceConnector,
+    parse_assignment,
+    source_keys,
+)
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.guards import GuardedPartition, ReaderGuards
 from connectors.pulsar.mapping import BASE64_KEY, BASE64_PROPERTIES, ORDERING_KEY_HEADER
@@ -68,12 +74,6 @@ CONFIG = CLIENT_CONFIG.merge(
     .define("topics.namespace", Type.STRING, "public/default", "tenant/namespace searched by topics.regex.")
     .define("admin.url", Type.STRING, "", "The cluster's admin REST URL (http[s]://host:port): where topics.regex "
             "lists the namespace's topics, and where lag per partition is read (internalStats).")
-    .define("start.position", Type.STRING, "earliest",
-            "Where partitions without a committed position start: earliest, latest or timestamp (publish time).",
-            validator=one_of("earliest", "latest", "timestamp"))
-    .define("start.timestamp.ms", Type.LONG, -1, "With start.position=timestamp: epoch milliseconds of publish time.")
-    .define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
-    .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
     .define("receiver.queue.size", Type.INT, 5000, "Messages each reader prefetches.", validator=at_least(1))
     .define("reader.stall.check.ms", Type.INT, 5000,
             "A reader that finds nothing for this long while the broker has messages after the last one it "
@@ -81,8 +81,8 @@ CONFIG = CLIENT_CONFIG.merge(
             validator=at_least(0))
     .define("schemas.enabled", Type.BOOLEAN, True,
             "Carry each message's schema (looked up by version on the source broker) on its record (PIP-87).")
-    .define("refresh.topics.interval.ms", Type.INT, 30_000,
-            "How often the connector looks for new topics and partitions; 0 disables.", validator=at_least(0))
+    .merge(source_keys(partitions="partitions", time_kind="publish time", refresh_ms=30_000,
+                       refresh_why="a listing asks the admin REST API, then looks up every topic's partitions."))
 )
 
 

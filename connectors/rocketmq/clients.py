@@ -1,5 +1,5 @@
 """The connection keys every RocketMQ connector shares, and one client per name server list and
-credentials per process (:class:`connect.clientpool.SharedClients`).
+credentials per process (:class:`connect.clientpool.ClientPool`, shared).
 
 - ``namesrv.addr``: name servers, ``host:port`` separated by ``;`` (RocketMQ's own form) or ``,``.
 - ``access.key`` / ``secret.key`` (a secret): ACL credentials; requests are signed as RocketMQ's
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from connect.clientpool import SharedClients
+from connect.clientpool import ClientPool
 from connect.config import ConfigDef, Importance, Type, at_least
 from connect.errors import ConfigIssue
 
@@ -64,4 +64,4 @@ def _new_client(settings: tuple):
                               connect_timeout=min(timeout, 3.0))
 
 
-CLIENTS = SharedClients(_new_client, "RocketMQ client")
+CLIENTS = ClientPool(_new_client, what="RocketMQ client", shared=True)

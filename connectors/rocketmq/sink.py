@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, ConnectError, RetriableError
+from connect.errors import ConfigIssue, ConnectError, DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
@@ -47,7 +47,7 @@ from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, c
 from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
 from connectors.rocketmq.names import ROCKETMQ_NAMES
 
-__all__ = ["RocketMQSinkConnector", "RocketMQSinkTask", "DeliveryError"]
+__all__ = ["RocketMQSinkConnector", "RocketMQSinkTask"]
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,6 @@ CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
 )
 
 
-class DeliveryError(ConnectError):
-    """The broker refused one record for good."""
-
-
 class RocketMQSinkConnector(SinkConnector):
     @classmethod
     def config_def(cls) -> ConfigDef:
@@ -88,6 +84,12 @@ class RocketMQSinkConnector(SinkConnector):
     @classmethod
     def task_class(cls) -> type:
         return RocketMQSinkTask
+
+    @classmethod
+    def side_writer(cls, config: Mapping[str, Any], topic: str):
+        from connectors.rocketmq.side import RocketMQSideWriter
+
+        return RocketMQSideWriter(config, topic)
 
     def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
         cfg = CONFIG.parse(self.config)
@@ -150,6 +152,8 @@ def _creation_broker(client) -> str:
 
 
 class _Target:
+    """A target topic's writable queues and their brokers' addresses (the sink's and its side writer's)."""
+
     __slots__ = ("topic", "queues", "addrs", "names", "rr")
 
     def __init__(self, topic: str, route) -> None:

@@ -39,11 +39,17 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from connect.config import ConfigDef, Importance, Type, at_least, one_of, valid_regex
+from connect.config import ConfigDef, Importance, Type, at_least, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
-from connect.source.partitioned import ASSIGNMENT_KEY, EARLIEST_KEY, PartitionedSourceConnector, parse_assignment
+from connect.source.partitioned import (
+    ASSIGNMENT_KEY,
+    EARLIEST_KEY,
+    PartitionedSourceConnector,
+    parse_assignment,
+    source_keys,
+)
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.rocketmq.mapping import record_fields
 from connectors.rocketmq.names import topic_problem
@@ -61,18 +67,14 @@ CONFIG = CLIENT_CONFIG.merge(
     .define("topics.regex", Type.STRING, "", "Regex (full match) of topic names from the name server's topic list.",
             validator=valid_regex)
     .define("topics.tags", Type.STRING, "*", "With topics.regex: the tag expression of every matched topic.")
-    .define("start.position", Type.STRING, "earliest",
-            "Where queues without a committed offset start: earliest, latest or timestamp (store time).",
-            validator=one_of("earliest", "latest", "timestamp"))
-    .define("start.timestamp.ms", Type.LONG, -1, "With start.position=timestamp: epoch milliseconds.")
     .define("consumer.group", Type.STRING, "", "If set, committed positions are also written to the source broker "
             "as this group's consumer offsets (for monitoring tools); empty: not written.")
     .define("pull.batch.size", Type.INT, 512, "Most messages one pull asks for.", validator=at_least(1))
     .define("pull.suspend.ms", Type.INT, 1000, "How long the broker holds a pull on a queue with nothing new "
             "(long polling).", validator=at_least(0))
-    .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
-    .define("refresh.topics.interval.ms", Type.INT, 30_000,
-            "How often the connector looks for new topics and queues; 0 disables.", validator=at_least(0))
+    .merge(source_keys(partitions="queues", time_kind="store time", refresh_ms=30_000, poll_batch=False,
+                       refresh_why="a listing reads the name server's topic list and every topic's route, as "
+                       "RocketMQ's own clients poll the name server every 30 s."))
 )
 
 

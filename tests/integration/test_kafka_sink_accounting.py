@@ -7,14 +7,13 @@ import time
 import pytest
 from kafka_util import consume_all, create_topic
 
-from connect.errors import RetriableError
+from connect.errors import DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTaskContext
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySourceTask
-from connectors.kafka import KafkaSinkTask
-from connectors.kafka.sink import DeliveryError
+from connectors.kafka import KafkaSinkConnector, KafkaSinkTask
 
 SP = {"topic": "src", "partition": 0}
 
@@ -121,11 +120,7 @@ def test_a_failure_in_the_middle_of_a_batch_touches_only_that_record(kafka_pair,
     sink_config = {"bootstrap.servers": dst.bootstrap, "topic": topic, "producer.override.message.max.bytes": "2000"}
 
     def dlq_factory():
-        task = KafkaSinkTask()
-        config = {"bootstrap.servers": dst.bootstrap, "topic": dlq}
-        task.context = SinkTaskContext("mid-dlq", config)
-        task.start(config, task.context)
-        return task
+        return KafkaSinkConnector.side_writer({"bootstrap.servers": dst.bootstrap}, dlq)
 
     runner = TaskPairRunner(connector="mid", task_id=0, source=_Batch(), sink=KafkaSinkTask(),
                             source_config={"records": "10"}, sink_config=sink_config,

@@ -299,7 +299,7 @@ def test_a_kafka_tombstone_is_a_pulsar_null_value_and_comes_back_a_tombstone(kaf
     finally:
         to_pulsar.close()
     msgs = consume_all(dst, target, 0, 3)[-1]
-    assert [(m.partition_key(), m.data(), m._message.has_null_value()) for m in msgs] == [
+    assert [(m.partition_key(), m.data(), m.has_null_value()) for m in msgs] == [
         ("k1", b"a", False), ("k2", b"", True), ("k3", b"", False)]
     back = make_driver(spark, tmp_path / "back", pair_pipeline(
         f"{unique}-back", {"connector.class": "pulsar", "service.url": dst.service_url, "topics": target},

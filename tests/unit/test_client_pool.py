@@ -1,10 +1,24 @@
-"""The per-process Kafka client pool reuses clients and bounds how many idle ones it keeps."""
+"""connect.clientpool.ClientPool, the one pool every connector uses: exclusive (Kafka clients) and
+shared (Pulsar, RocketMQ) clients, bounded idle ones, closing at release or exit."""
 
-from connectors.kafka.clients import ClientPool, client_config
+from connect.clientpool import ClientPool
+from connectors.kafka.clients import KafkaClients, client_config
+
+
+class _Client:
+    made = 0
+
+    def __init__(self, key=None):
+        _Client.made += 1
+        self.key = key
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
 
 
 def test_acquire_reuses_a_released_client_with_the_same_settings():
-    pool = ClientPool(max_idle_per_role=2)
+    pool = KafkaClients(max_idle_per_role=2)
     conf = {"bootstrap.servers": "127.0.0.1:1"}
     client = pool.acquire("admin", "t0", conf)
     pool.release("admin", "t0", conf, client)
@@ -13,7 +27,7 @@ def test_acquire_reuses_a_released_client_with_the_same_settings():
 
 
 def test_idle_clients_are_bounded_per_role_oldest_first():
-    pool = ClientPool(max_idle_per_role=2)
+    pool = KafkaClients(max_idle_per_role=2)
     conf = {"bootstrap.servers": "127.0.0.1:1"}
     clients = [pool.acquire("admin", f"t{i}", conf) for i in range(4)]
     for i, c in enumerate(clients):
@@ -22,6 +36,31 @@ def test_idle_clients_are_bounded_per_role_oldest_first():
     assert pool.acquire("admin", "t3", conf) is clients[3]
     assert pool.acquire("admin", "t0", conf) is not clients[0]  # evicted and closed
     pool.close_all()
+
+
+def test_a_shared_pool_hands_one_client_to_every_user_and_closes_it_after_the_last():
+    pool = ClientPool(_Client, shared=True)
+    a, b = pool.acquire(("cluster", 1)), pool.acquire(("cluster", 1))
+    other = pool.acquire(("cluster", 2))
+    assert a is b and a is not other and a.key == ("cluster", 1)
+    pool.release(("cluster", 1))
+    assert a.closed == 0  # still used
+    pool.release(("cluster", 1))
+    assert a.closed == 1
+    assert pool.acquire(("cluster", 1)) is not a
+    pool.close_all()
+    assert other.closed == 1
+
+
+def test_an_exclusive_pool_closes_a_client_not_to_be_reused():
+    pool = ClientPool(_Client, max_idle=4)
+    client = pool.acquire("k")
+    pool.release("k", client, reuse=False)
+    assert client.closed == 1 and pool.idle_count() == 0
+    kept = pool.acquire("k")
+    pool.release("k", kept)
+    pool.close_all()
+    assert kept.closed == 1
 
 
 def test_client_config_layers_overrides_by_role():

@@ -6,8 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from connect.errors import DeliveryError
 from connect.records import make_record, partition_key
-from connect.sink import SinkTask, SinkTaskContext
+from connect.sink.side import SideWriter
 from connect.tasks.offsetsync import AckedPositions, OffsetSync, OffsetSyncEmitter, decode_sync
 from connectors.replicator.syncstore import SyncStore, Translation
 
@@ -126,26 +127,30 @@ def test_waiting_points_are_thinned_not_grown_when_the_emitter_falls_behind():
     assert acked.thinned == 100 - len(offsets)
 
 
-class Collecting(SinkTask):
-    def __init__(self):
-        super().__init__()
+class Collecting(SideWriter):
+    def __init__(self, topic="syncs"):
+        super().__init__(topic)
         self.records = []
 
-    def start(self, config, context):
-        pass
-
-    def put(self, records):
+    def send(self, records, deadline):
         self.records.extend(records)
 
-    def flush(self, offsets):
+    def flush(self, deadline):
         return True
+
+
+class Refusing(Collecting):
+    """Every record refused for good: counted as failed, never raised."""
+
+    def send(self, records, deadline):
+        for r in records:
+            self._fail(r, DeliveryError("refused"))
 
 
 def test_emitter_spaces_syncs_and_writes_the_final_position_once_idle(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr("connect.tasks.offsetsync.time.monotonic", lambda: clock[0])
     writer = Collecting()
-    writer.context = SinkTaskContext("w", {})
     acked = AckedPositions()
     emitter = OffsetSyncEmitter(acked, lambda: writer, topic="syncs", source_alias="A", target_alias="B",
                                 interval_ms=1000, name="t")
@@ -170,7 +175,7 @@ def test_emitter_writes_every_distance_point_of_a_backlog_acknowledged_at_once(m
     end), and the newest record once the partition is idle for the interval."""
     clock = [100.0]
     monkeypatch.setattr("connect.tasks.offsetsync.time.monotonic", lambda: clock[0])
-    writer = _started(Collecting())
+    writer = Collecting()
     acked = AckedPositions(max_lag=100)
     emitter = OffsetSyncEmitter(acked, lambda: writer, topic="syncs", source_alias="A", target_alias="B",
                                 interval_ms=1000, name="t")
@@ -191,20 +196,24 @@ def test_emitter_writes_every_distance_point_of_a_backlog_acknowledged_at_once(m
 
 def test_emitter_survives_a_failing_writer():
     class Broken(Collecting):
-        def put(self, records):
+        def send(self, records, deadline):
             raise RuntimeError("broker gone")
 
     acked = AckedPositions()
-    emitter = OffsetSyncEmitter(acked, lambda: _started(Broken()), topic="s", source_alias="A", target_alias="B",
+    emitter = OffsetSyncEmitter(acked, Broken, topic="s", source_alias="A", target_alias="B",
                                 interval_ms=10, name="t")
     acked.ack(rec(1), "orders", 0, 1)
     emitter.emit()  # does not raise: syncs are advisory
     assert emitter.failed == 1
 
 
-def _started(task):
-    task.context = SinkTaskContext("w", {})
-    return task
+def test_emitter_counts_syncs_the_broker_refused():
+    acked = AckedPositions()
+    emitter = OffsetSyncEmitter(acked, Refusing, topic="s", source_alias="A", target_alias="B",
+                                interval_ms=10, name="t")
+    acked.ack(rec(1), "orders", 0, 1)
+    assert emitter.emit() == 1
+    assert emitter.metrics()["offset_syncs.emitted"] == emitter.metrics()["offset_syncs.failed"] == 1.0
 
 
 @pytest.mark.parametrize("value, why", [(b"{", "JSONDecodeError"), (orjson.dumps({"source": {}}), "KeyError")])

@@ -11,7 +11,7 @@ import pytest
 from connect.records import partition_key
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
-from connect.testing import MemorySinkTask, MemorySourceTask
+from connect.testing import MemorySinkConnector, MemorySinkTask, MemorySourceTask
 from worker import partition
 from worker.control import ControlServer
 from worker.partition import TaskPairSpec, run_task_pair_epoch, stop_all_cached
@@ -66,7 +66,7 @@ def spec(sink_name):
             source_task_class=source_task_class,
             source_config=source_config if source_config is not None else {"records": "12", "batch.size": "3"},
             sink_task_class=MemorySinkTask, sink_config={"name": sink_name}, dlq_config=dlq_config,
-            policy=policy, token=f"t{epoch}", offsets=offsets or {})
+            policy=policy, token=f"t{epoch}", offsets=offsets or {}, sink_connector_class=MemorySinkConnector)
 
     return make
 

@@ -7,9 +7,12 @@ import copy
 import orjson
 import pytest
 
+from connect.config import ConfigDef, Type
+from connect.connector import SinkConnector
 from connect.errors import ConfigError, ConfigIssue
+from connect.plugins import register_plugin
 from connect.tasks.policy import RunnerPolicy
-from connect.testing import MemorySinkConnector, MemorySourceConnector
+from connect.testing import MemorySinkConnector, MemorySinkTask, MemorySourceConnector
 from worker.pipeline import PIPELINE_CONFIG, SIDE_CONFIG, PipelineConfig, load_pipeline_file, parse_pipeline
 from worker.settings import FrameworkSettings, RestartPolicy
 
@@ -329,9 +332,49 @@ def test_unknown_keys_of_every_side_reported_at_once():
 
 
 def test_side_keys_are_not_accepted_as_dlq_overrides():
-    [issue] = issues(doc(**{"dlq.connector.class": "memory"}))
-    assert issue.key == "dlq.connector.class"
+    [issue] = issues(doc(**{"dlq.key.converter": "string"}))
+    assert issue.key == "dlq.key.converter"
     assert "unknown key" in issue.message
+
+
+class FileLikeSink(SinkConnector):
+    """A user's sink with no cluster of its own: it defines no side writer."""
+
+    @classmethod
+    def config_def(cls):
+        return ConfigDef().define("path", Type.STRING, "out.txt", "File.")
+
+    @classmethod
+    def task_class(cls):
+        return MemorySinkTask
+
+
+@pytest.fixture
+def file_sink():
+    register_plugin("file-like-sink", f"{__name__}:FileLikeSink")
+    return {"sink.connector.class": "file-like-sink", "sink.name": None, "sink.topic.template": None,
+            "dlq.topic": None, "dlq.name": None}
+
+
+def test_a_sink_without_side_writer_cannot_have_a_dead_letter_topic(file_sink):
+    [issue] = issues(doc(**file_sink))
+    assert issue.key == "errors.deadletterqueue.topic.name"
+    assert "FileLikeSink writes no side outputs" in issue.message and "dlq.connector.class" in issue.message
+
+
+def test_a_sink_without_side_writer_cannot_have_an_offset_syncs_topic(file_sink):
+    found = issues(doc(**file_sink, **{"errors.deadletterqueue.topic.name": None, "offset.syncs.topic": "syncs"}))
+    assert [i.key for i in found] == ["offset.syncs.topic"]
+    assert "writes no side outputs" in found[0].message
+
+
+def test_dlq_connector_class_names_the_broker_keeping_dead_letters(file_sink):
+    p = parse_pipeline(doc(**{**file_sink, "dlq.connector.class": "memory", "dlq.name": "dead"}))
+    assert p.dlq_class is MemorySinkConnector and p.dlq_overrides == {"name": "dead"}
+    [issue] = issues(doc(**file_sink, **{"dlq.connector.class": "file-like-sink"}))
+    assert issue.key == "dlq.connector.class" and "writes no side outputs" in issue.message
+    [issue] = issues(doc(**file_sink, **{"dlq.connector.class": "memory", "dlq.zzz": "x"}))
+    assert issue.key == "dlq.zzz" and "unknown key" in issue.message
 
 
 def test_internal_task_keys_are_not_user_keys():

@@ -10,11 +10,10 @@ import pytest
 
 from connect.errors import ConnectError
 from connect.records import ConnectRecord, partition_key
-from connect.sink import SinkTaskContext
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
 from connect.tasks.runner import TaskPairRunner
-from connect.testing import MemorySinkTask, MemorySourceTask
+from connect.testing import MemorySideWriter, MemorySinkConnector, MemorySinkTask, MemorySourceTask
 from worker.settings import FrameworkSettings
 
 _ids = itertools.count()
@@ -399,16 +398,13 @@ def test_hooks_declining_falls_through_to_failure(make_runner, sink_name):
 @pytest.fixture
 def dlq(request):
     name = f"unit-dlq-{request.node.name}-{next(_ids)}"
-    built: list[MemorySinkTask] = []
+    built: list[MemorySideWriter] = []
 
     def factory(extra: dict | None = None):
         def build():
-            task = RecordingSink()
-            config = {"name": name, "topic": "dlq-topic", **(extra or {})}
-            task.context = SinkTaskContext("unit-0-dlq", config)
-            task.start(config, task.context)
-            built.append(task)
-            return task
+            writer = MemorySinkConnector.side_writer({"name": name, **(extra or {})}, "dlq-topic")
+            built.append(writer)
+            return writer
 
         return build
 
@@ -439,7 +435,7 @@ def test_failed_records_go_to_the_dead_letter_queue_with_headers(make_runner, si
     assert headers["__connect.errors.task.id"] == b"0"
     assert headers["__connect.errors.exception.class.name"] == b"RuntimeError"
     assert headers["__connect.errors.exception.message"] == b"memory sink rejected b'memory-1-3'"
-    assert len(built) == 1 and built[0].stopped == 1  # the DLQ writer is closed at the end of the epoch
+    assert len(built) == 1 and built[0].closed == 1  # the DLQ writer is closed at the end of the epoch
     assert 3 not in by_partition(written(sink_name))[1]
 
 

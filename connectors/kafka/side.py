@@ -1,0 +1,131 @@
+"""The Kafka sink's side writer (:mod:`connect.sink.side`): dead letters and offset syncs.
+
+A producer of its own (from the per-process pool, never the data producer), with the sink's
+client settings (``bootstrap.servers``, ``client.override.*``, ``producer.override.*``; for the
+dead-letter topic the ``dlq.*`` overrides are already applied) and the sink's producer defaults:
+idempotent, ``acks=all``, no delivery timeout (an outage delays a dead letter, it never fails it).
+Every record goes to the one topic, partitioned by key (murmur2, as Java's producer); the topic is
+created with one partition when missing and ``topic.creation.enable`` (the default), as Kafka
+Connect creates its dead-letter topic. Each delivery report is bound to its record (``partial``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import partial
+from typing import Any, Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+
+from connect.errors import DeliveryError, RetriableError
+from connect.records import ConnectRecord
+from connect.sink.side import AsyncSideWriter, time_left
+from connectors.kafka.clients import POOL, client_config
+from connectors.kafka.sink import _BROKEN_PRODUCER, CONFIG, PRODUCER_DEFAULTS, is_permanent
+from connectors.kafka.topics import TargetTopics
+
+__all__ = ["KafkaSideWriter"]
+
+log = logging.getLogger(__name__)
+
+
+class KafkaSideWriter(AsyncSideWriter):
+    def __init__(self, config: Mapping[str, Any], topic: str) -> None:
+        super().__init__(topic)
+        self._config = dict(config)
+        self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
+        self._conf["delivery.report.only.error"] = False  # every outcome settles its record
+        self._owner = f"side:{topic}"
+        self._producer = None
+        self._clean = True  # never hand a producer that saw a failure back to the pool
+        self._broken = False  # a fatal error: the producer will never deliver again
+        self._opened = False
+        self._deadline = 0.0
+
+    def _open(self) -> None:
+        """The topic (created when missing), then a producer."""
+        admin_conf = client_config(self._config, "admin")
+        admin = POOL.acquire("admin", self._owner, admin_conf)
+        try:
+            TargetTopics(admin, CONFIG.parse(self._config), lambda: time_left(self._deadline)).ensure(self.topic, 1)
+        finally:
+            POOL.release("admin", self._owner, admin_conf, admin)
+        self._opened = True
+
+    def send(self, records, deadline: float) -> None:
+        self._deadline = deadline
+        if not self._opened and records:
+            self._open()
+        super().send(records, deadline)
+        self._serve(0)
+
+    def _send_one(self, r: ConnectRecord) -> None:
+        if self._producer is None:
+            self._producer = POOL.acquire("producer", self._owner, self._conf)
+            self._clean = True
+        headers = r.headers
+        if headers is not None and headers.__class__ is not list:
+            headers = list(headers)
+        self._producer.produce(self.topic, r.value, r.key, on_delivery=partial(self._delivered, r),
+                               timestamp=r.timestamp or 0, headers=headers)
+
+    def _refusal(self, r: ConnectRecord, exc: Exception) -> BaseException:
+        if isinstance(exc, BufferError):
+            return RetriableError(f"producer queue to {self.topic} full (queue.buffering.max.messages)")
+        if isinstance(exc, KafkaException):
+            err = exc.args[0]
+            if is_permanent(err):
+                return DeliveryError(f"record {r.position()} cannot be written to {self.topic}: {err.name()}: {err.str()}")
+            return RetriableError(f"record {r.position()} not written to {self.topic}: {err.name()}: {err.str()}")
+        return DeliveryError(f"record {r.position()} cannot be written to {self.topic}: {exc} (keys and values "
+                             "must be bytes, str or None)")
+
+    def _delivered(self, r: ConnectRecord, err: KafkaError | None, msg) -> None:
+        """librdkafka calls it once per record, on the thread serving the producer (ours)."""
+        error = None
+        if err is not None:
+            self._clean = False
+            where = f"{msg.topic()}[{msg.partition()}]"
+            if is_permanent(err):
+                error = DeliveryError(f"{where} refused the record: {err.name()}: {err.str()}")
+            else:
+                error = RetriableError(f"delivery to {where} failed: {err.name()}: {err.str()}")
+            if err.fatal() or err.code() in _BROKEN_PRODUCER:  # replaced once this poll returns
+                self._broken = True
+        self._settled(r, error)
+
+    def _serve(self, timeout: float) -> None:
+        if self._producer is None:
+            return
+        try:
+            self._producer.poll(timeout)
+        except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
+            log.warning("side writer to %s: producer failed (%s)", self.topic, exc)
+            self._broken = True
+        if self._broken:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Fail every record without an outcome back (transient) and forget the producer; the next
+        send starts a fresh one. A record whose report never comes keeps ``flush`` incomplete."""
+        producer, self._producer, self._clean, self._broken = self._producer, None, False, False
+        if producer is None:
+            return
+        try:
+            producer.purge()
+            deadline = time.monotonic() + 5
+            while producer.flush(0.5) > 0 and time.monotonic() < deadline:  # serves the purged reports
+                pass
+        except (KafkaException, SystemError):
+            pass
+
+    def close(self) -> None:
+        producer = self._producer
+        if producer is None:
+            return
+        if self._pending == 0 and self._clean:
+            self._producer = None
+            POOL.release("producer", self._owner, self._conf, producer)
+        else:
+            self._drop()

@@ -1,0 +1,106 @@
+"""The RocketMQ sink's side writer (:mod:`connect.sink.side`): dead letters and offset syncs.
+
+Sends with this project's remoting client (the pooled one of the sink's connection keys: for the
+dead-letter topic with the ``dlq.*`` overrides applied), one SEND_MESSAGE_V2 per record, its
+future bound to its record. Records become messages as the sink's
+(:mod:`connectors.rocketmq.mapping`: a record without value is an empty body marked
+``CONNECT_NULL_VALUE``); the queue is picked by the key's CRC32 (round robin without a key). A
+topic the name server does not know is sent to through a broker serving ``TBW102``, as RocketMQ's
+own producer does, so a broker that auto-creates topics creates it; one that does not answers
+TOPIC_NOT_EXIST, a transient failure whose message says to create the topic.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Mapping
+
+from connect.errors import ConnectError, DeliveryError, RetriableError
+from connect.records import ConnectRecord
+from connect.sink.side import QueuedSideWriter
+from connectors.rocketmq.clients import CLIENTS, client_settings
+from connectors.rocketmq.mapping import message_properties
+from connectors.rocketmq.sink import CONFIG, MAX_MESSAGE_SIZE, _Target
+
+__all__ = ["RocketMQSideWriter"]
+
+_DEFAULT_TOPIC = "TBW102"
+
+
+class RocketMQSideWriter(QueuedSideWriter):
+    def __init__(self, config: Mapping[str, Any], topic: str) -> None:
+        cfg = CONFIG.parse(config)
+        super().__init__(topic, cfg["max.pending.messages"])
+        self._cfg = cfg
+        self._settings = client_settings(cfg)
+        self._client = None
+        self._target: _Target | None = None
+
+    def _route(self) -> _Target:
+        from connectors.rocketmq.client import TopicNotFoundError
+
+        if self._client is None:
+            self._client = CLIENTS.acquire(self._settings)
+        try:
+            return _Target(self.topic, self._client.topic_route(self.topic))
+        except TopicNotFoundError:
+            pass
+        except ConnectError as exc:
+            raise RetriableError(f"cannot look up topic {self.topic}: {exc}") from exc
+        try:
+            target = _Target(self.topic, self._client.topic_route(_DEFAULT_TOPIC))
+        except ConnectError as exc:
+            raise RetriableError(f"topic {self.topic} does not exist and no broker serves {_DEFAULT_TOPIC} to "
+                                 f"create it from ({exc}): create the topic") from exc
+        del target.queues[1:], target.addrs[1:], target.names[1:]  # created on one broker, at queue 0
+        return target
+
+    def _send_one(self, r: ConnectRecord) -> None:
+        target = self._target
+        if target is None:
+            target = self._target = self._route()
+        value = r.value
+        if value is not None and value.__class__ is not bytes:
+            value = bytes(value)  # a TypeError is the record's refusal
+        body = value or b""
+        if len(body) > MAX_MESSAGE_SIZE:
+            raise DeliveryError(f"record {r.position()}: a body of {len(body)} bytes is larger than RocketMQ's "
+                                f"{MAX_MESSAGE_SIZE}")
+        n = len(target.queues)
+        index = zlib.crc32(r.key if r.key.__class__ is bytes else str(r.key).encode()) % n if r.key is not None \
+            else next(target.rr) % n
+        fut = self._client.send(target.addrs[index], self.topic, target.queues[index].queue_id, body,
+                                message_properties(r.key, value, r.headers, self._cfg["tag"] or None),
+                                producer_group=self._cfg["producer.group"], born_timestamp=r.timestamp or None)
+        fut.add_done_callback(lambda f, r=r: self._arrive(r, f))  # on the client's loop thread
+
+    def _refusal(self, r: ConnectRecord, exc: Exception) -> BaseException:
+        if isinstance(exc, (RetriableError, DeliveryError)):
+            return exc
+        if isinstance(exc, (TypeError, ValueError)):
+            return DeliveryError(f"record {r.position()} cannot be written to {self.topic}: {exc} (bodies are bytes)")
+        return RetriableError(f"record {r.position()} not sent to {self.topic}: {exc}")
+
+    def _settled(self, record: ConnectRecord, fut) -> None:
+        from connectors.rocketmq.client import TopicNotFoundError
+
+        error: BaseException | None = None
+        exc = fut.exception()
+        if isinstance(exc, TopicNotFoundError):
+            error = RetriableError(f"topic {self.topic} does not exist and the broker does not create it: create it "
+                                   f"(e.g. the sink's auto.create.topics for its own topics): {exc}")
+        elif isinstance(exc, RetriableError):
+            error = RetriableError(f"record {record.position()} not delivered to {self.topic}: {exc}")
+        elif exc is not None:
+            error = DeliveryError(f"record {record.position()} refused by {self.topic}: {exc}")
+        elif not fut.result().ok:
+            error = RetriableError(f"record {record.position()} stored by {self.topic} without the requested flush "
+                                   f"({fut.result().status})")
+        if error is not None:
+            self._target = None  # looked up again: the route may have changed, or the topic appeared
+        super()._settled(record, error)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client = None
+            CLIENTS.release(self._settings)
