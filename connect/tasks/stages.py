@@ -116,32 +116,25 @@ class ConvertStage:
         return not (isinstance(self.sink_key, BytesConverter) and isinstance(self.sink_value, BytesConverter))
 
     def decode(self, r: ConnectRecord) -> ConnectRecord:
-        try:
-            key = self.src_key.from_bytes(r.key)
-        except ConversionError as exc:
-            raise ConversionError(f"key of record {r.position()}: {exc}") from None
-        try:
-            value = self.src_value.from_bytes(r.value)
-        except ConversionError as exc:
-            raise ConversionError(f"value of record {r.position()}: {exc}") from None
-        return _with(r, key, value)
+        return _converted(r, self.src_key.from_bytes, self.src_value.from_bytes)
 
     def encode(self, r: ConnectRecord) -> ConnectRecord:
-        try:
-            key = self.sink_key.to_bytes(r.key)
-        except ConversionError as exc:
-            raise ConversionError(f"key of record {r.position()}: {exc}") from None
-        try:
-            value = self.sink_value.to_bytes(r.value)
-        except ConversionError as exc:
-            raise ConversionError(f"value of record {r.position()}: {exc}") from None
-        return _with(r, key, value)
+        return _converted(r, self.sink_key.to_bytes, self.sink_value.to_bytes)
 
     def convert(self, r: ConnectRecord) -> ConnectRecord:
         return self.encode(self.decode(r))
 
 
-def _with(r: ConnectRecord, key: Any, value: Any) -> ConnectRecord:
+def _converted(r: ConnectRecord, key_fn: Callable[[Any], Any], value_fn: Callable[[Any], Any]) -> ConnectRecord:
+    """``r`` with its key and value passed through one side's converters; the error names which one."""
+    try:
+        key = key_fn(r.key)
+    except ConversionError as exc:
+        raise ConversionError(f"key of record {r.position()}: {exc}") from None
+    try:
+        value = value_fn(r.value)
+    except ConversionError as exc:
+        raise ConversionError(f"value of record {r.position()}: {exc}") from None
     return make_record(r.topic, key, value, r.headers, r.timestamp, r.source_partition, r.source_offset,
                        r.partition, r.value_schema)
 
