@@ -28,6 +28,7 @@ from connect.errors import ConfigError, ConfigIssue
 from connect.secrets import MASK, is_secret_name
 
 __all__ = [
+    "Configurable",
     "ConfigDef",
     "ConfigKey",
     "Importance",
@@ -333,3 +334,21 @@ def mask_secrets(config: Mapping[str, Any], secret_keys: Iterable[str] = ()) -> 
     """A copy of ``config`` safe to print: declared secrets and secret-looking keys masked."""
     declared = set(secret_keys)
     return {k: (MASK if (k in declared or is_secret_name(k)) and v else v) for k, v in config.items()}
+
+
+class Configurable:
+    """What every plugin (connector, transform, predicate) says about its configuration: its keys
+    (:meth:`config_def`), how a raw config is checked (:meth:`validate`) and its version."""
+
+    @classmethod
+    def version(cls) -> str:
+        return "0.1.0"
+
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ConfigDef()
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Every issue with ``config``. Override to add cross-key checks (call super first)."""
+        return cls.config_def().validate(config)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from connect.config import ConfigDef
+from connect.config import Configurable
 from connect.errors import ConfigIssue
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class ConnectorContext:
         return False
 
 
-class Connector:
+class Connector(Configurable):
     """Base of every connector. Subclasses declare ``config_def()`` and ``task_class()``."""
 
     kind = "abstract"
@@ -53,19 +53,6 @@ class Connector:
     def __init__(self) -> None:
         self.context: ConnectorContext | None = None
         self.config: dict[str, Any] = {}
-
-    @classmethod
-    def version(cls) -> str:
-        return "0.1.0"
-
-    @classmethod
-    def config_def(cls) -> ConfigDef:
-        return ConfigDef()
-
-    @classmethod
-    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        """Every issue with ``config``. Override to add cross-key checks (call super first)."""
-        return cls.config_def().validate(config)
 
     def initialize(self, context: ConnectorContext) -> None:
         self.context = context

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from connect.config import ConfigDef
-from connect.errors import ConfigIssue, ConnectError
+from connect.config import Configurable
+from connect.errors import ConnectError
 from connect.records import ConnectRecord
 
 __all__ = ["Transformation", "Predicate", "TransformError", "UNKNOWN"]
@@ -58,22 +58,8 @@ class TransformError(ConnectError):
     The record fails alone; the runner puts the transform's name in front of this text."""
 
 
-class _Plugin:
-    @classmethod
-    def version(cls) -> str:
-        from connect import __version__
-
-        return __version__
-
-    @classmethod
-    def config_def(cls) -> ConfigDef:
-        """The keys this plugin takes (without the ``transforms.NAME.`` prefix)."""
-        return ConfigDef()
-
-    @classmethod
-    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
-        """Every issue with the raw ``config``; override to add cross-key checks (call super first)."""
-        return cls.config_def().validate(config)
+class _Plugin(Configurable):
+    """``config_def`` declares the keys without the ``transforms.NAME.`` / ``predicates.NAME.`` prefix."""
 
     def configure(self, config: Mapping[str, Any]) -> None:
         """Take the parsed values of :meth:`config_def` (types converted, defaults filled in)."""
