@@ -36,7 +36,7 @@ from connect.records import ConnectRecord
 from connect.tasks.replication import DEFAULT_ORIGIN_PROPERTY, TopicNaming, chain_of, local_topic_name, replication_stages
 from connect.tasks.topology import Topology
 
-__all__ = ["OriginChain", "OriginStage", "DEFAULT_ORIGIN_PROPERTY", "chain_of", "local_topic_name"]
+__all__ = ["OriginChain", "DEFAULT_ORIGIN_PROPERTY", "chain_of", "local_topic_name"]
 
 
 class OriginChain:
@@ -76,24 +76,3 @@ class OriginChain:
                 break
             out = stage.apply(out, [])
         return out, len(batch) - len(out)
-
-
-class OriginStage:
-    """The replication stages as one stage (kept for callers of the earlier single stage; the
-    pair's chain holds the stages one by one, see ``connect.tasks.stages.build_chain``)."""
-
-    name = "replication"
-
-    def __init__(self, chain: OriginChain):
-        self.chain = chain
-
-    @classmethod
-    def for_policy(cls, policy) -> OriginStage | None:
-        chain = OriginChain.for_policy(policy)
-        return None if chain is None else cls(chain)
-
-    def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
-        return self.chain.apply(batch)[0]
-
-    def close(self) -> None:
-        pass

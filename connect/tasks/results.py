@@ -9,6 +9,8 @@ import attrs
 __all__ = ["EpochStats", "EpochResult", "RUNNING", "FAILED", "REASON_KEPT", "REASON_SHOWN"]
 
 REASON_KEPT = 4000  # characters of an error kept in stats
+REASONS_KEPT = 32  # distinct failure reasons an epoch keeps; the rest are counted under OTHER_REASONS
+OTHER_REASONS = "(other reasons: see the task's log and the dead-letter headers)"
 REASON_SHOWN = 300  # characters shown, after masking
 
 RUNNING = "RUNNING"
@@ -50,10 +52,13 @@ class EpochStats:
     def count_reasons(self, failures) -> dict[str, int]:
         """Group ``(record, error)`` pairs by reason; add them to ``failure_reasons``; return this batch's."""
         batch: dict[str, int] = {}
+        kept = self.failure_reasons
         for _, error in failures:
             # Cut long, not short: whoever shows it masks secrets first and cuts after (a secret cut
             # in half would no longer be recognised).
             reason = f"{type(error).__name__}: {error}"[:REASON_KEPT]
+            if reason not in batch and reason not in kept and len(batch.keys() | kept.keys()) >= REASONS_KEPT:
+                reason = OTHER_REASONS  # reasons naming each record's position must not grow without bound
             batch[reason] = batch.get(reason, 0) + 1
         for reason, n in batch.items():
             self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + n

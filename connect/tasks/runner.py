@@ -166,12 +166,16 @@ class TaskPairRunner:
         # Side parts following the acknowledgements (offset syncs: ``offset_syncs_factory`` writes them).
         self._listeners = AckListeners(
             [*listeners, OffsetSyncListener.for_policy(policy, offset_syncs_factory, self.name)], self.name)
-        self._listeners.attach(self.sink.context)
-        self.source.start(source_config, self.source.context)
         try:
-            self.sink.start(sink_config, self.sink.context)
+            self._listeners.attach(self.sink.context)
+            self.source.start(source_config, self.source.context)
+            try:
+                self.sink.start(sink_config, self.sink.context)
+            except BaseException:
+                self.source.stop()
+                raise
         except BaseException:
-            self.source.stop()
+            self._chain.close()  # the transforms configured for this pair (a restart builds new ones)
             raise
 
     # -- time --------------------------------------------------------------------------------

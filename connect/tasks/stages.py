@@ -18,8 +18,10 @@ The contract of :meth:`Stage.apply`:
 Stages work on whole batches so a stage can act on a batch without touching every record (the
 replication filter needs only headers; a batch-native path can skip record building where no
 stage needs one). Per-record stages (converters, transforms) run together in one
-:class:`RecordStages` pass, so a failure reports the record as it was polled - what goes to the
-dead-letter topic is what the source gave, not a half-transformed copy.
+:class:`RecordStages` pass, so a failure reports the record as it entered them - what goes to the
+dead-letter topic is the polled record (in a replication flow: with its origin chain extended and
+its topic named for the target), not a half-transformed copy. No step may change a record's
+``source_partition`` or ``source_offset``: offsets are held and committed by them.
 """
 
 from __future__ import annotations
@@ -85,6 +87,13 @@ class RecordStages(Stage):
                 if r is None:
                     break
             else:
+                if r.source_partition is not original.source_partition or r.source_offset is not original.source_offset:
+                    if r.source_partition != original.source_partition or r.source_offset != original.source_offset:
+                        # the runner holds and commits offsets by these: a step may not move a record
+                        failures.append((original, StageError(
+                            f"{_last_named(steps)} changed the source partition or offset of record "
+                            f"{original.position()}; transforms may change anything else")))
+                        continue
                 append(r)
         return out
 
@@ -93,19 +102,20 @@ class RecordStages(Stage):
             close()
 
 
+def _last_named(steps) -> str:
+    """The steps that may have moved a record (any of them: the check runs after the last)."""
+    return "a step (" + ", ".join(name for name, _ in steps) + ")"
+
+
 class ConvertStage:
     """Source-side decode and sink-side encode of keys and values (``key.converter`` /
-    ``value.converter`` of each side). :attr:`identity` when every converter is ``bytes``."""
+    ``value.converter`` of each side)."""
 
     def __init__(self, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, Any]):
         self.src_key = converter_for(source_cfg.get("key.converter", "bytes"))
         self.src_value = converter_for(source_cfg.get("value.converter", "bytes"))
         self.sink_key = converter_for(sink_cfg.get("key.converter", "bytes"))
         self.sink_value = converter_for(sink_cfg.get("value.converter", "bytes"))
-
-    @property
-    def identity(self) -> bool:
-        return all(isinstance(c, BytesConverter) for c in (self.src_key, self.src_value, self.sink_key, self.sink_value))
 
     @property
     def decodes(self) -> bool:
@@ -120,9 +130,6 @@ class ConvertStage:
 
     def encode(self, r: ConnectRecord) -> ConnectRecord:
         return _converted(r, self.sink_key.to_bytes, self.sink_value.to_bytes)
-
-    def convert(self, r: ConnectRecord) -> ConnectRecord:
-        return self.encode(self.decode(r))
 
 
 def _converted(r: ConnectRecord, key_fn: Callable[[Any], Any], value_fn: Callable[[Any], Any]) -> ConnectRecord:

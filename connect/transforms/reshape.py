@@ -62,7 +62,7 @@ def cast(value: Any, kind: str) -> Any:
         if isinstance(value, str):
             text = value.strip().lower()
             if text not in ("true", "false"):
-                raise TransformError(f"cannot cast the string {value!r} to boolean")
+                raise TransformError("cannot cast a string other than true/false to boolean")
             return text == "true"
         return bool(value)
     try:
@@ -71,10 +71,10 @@ def cast(value: Any, kind: str) -> Any:
             return float(number)
         result = int(value) if isinstance(value, str) and value.strip().lstrip("+-").isdigit() else int(number)
     except (TypeError, ValueError, OverflowError):
-        raise TransformError(f"cannot cast {value!r} to {kind}") from None
+        raise TransformError(f"cannot cast {kind_of(value)} to {kind}") from None
     bits = _INT_BITS[kind]
     if not -(2 ** (bits - 1)) <= result < 2 ** (bits - 1):
-        raise TransformError(f"{value!r} does not fit {kind}")
+        raise TransformError(f"a number out of the range of {kind}")
     return result
 
 

@@ -181,9 +181,9 @@ def test_cast_whole_value_and_failures():
     assert one("Cast$Value", rec('"42"'), spec="int32").value == "42"  # JSON text "42" -> 42, written as text
     assert one("Cast$Value", rec(42.7), spec="int64").value == 42  # a decoded value stays an object
     assert one("Cast$Key", rec(b"v", key=b"7"), spec="string").key == b'"7"'
-    with pytest.raises(TransformError, match="300 does not fit int8"):
+    with pytest.raises(TransformError, match="a number out of the range of int8"):  # no record value in reasons
         one("Cast$Value", rec({"n": 300}), spec="n:int8")
-    with pytest.raises(TransformError, match="field 'n': cannot cast 'abc' to int16"):
+    with pytest.raises(TransformError, match="field 'n': cannot cast a string to int16"):
         one("Cast$Value", rec({"n": "abc"}), spec="n:int16")
     with pytest.raises(TransformError, match="cannot cast a list to boolean"):
         one("Cast$Value", rec({"n": [1]}), spec="n:boolean")
