@@ -201,15 +201,16 @@ class OffsetSyncEmitter:
         label = f"{self.source_alias}:{partition_key(sp)}->{key[1]}:{key[2]}"
         return make_record(self.topic, label.encode(), value, None, ts, self._partition, {"ts": ts}, 0)
 
-    def emit(self) -> int:
-        """Write the syncs that are due; serve the writer's outcomes. Never raises."""
+    def emit(self, deadline: float = float("inf")) -> int:
+        """Write the syncs that are due; serve the writer's outcomes. Never raises, and never waits
+        past ``deadline`` (the epoch's, monotonic) nor more than half a second."""
         records = self._due(time.monotonic())
         try:
             writer = self._writer
             if records:
                 if writer is None:
                     writer = self._writer = self._factory()
-                writer.send(records, time.monotonic() + 0.5)  # a full queue never holds the data up
+                writer.send(records, min(deadline, time.monotonic() + 0.5))  # a full queue never holds the data up
                 self.emitted += len(records)
             if writer is not None:
                 writer.flush(time.monotonic())  # serve the outcomes that arrived, never wait
@@ -253,6 +254,7 @@ class OffsetSyncListener(AckListener):
 
     def __init__(self, emitter: OffsetSyncEmitter):
         self.emitter = emitter
+        self._context: Any = None  # the sink's context: its deadline is the epoch's
 
     @classmethod
     def for_policy(cls, policy, writer_factory: Callable[[], Any] | None, name: str) -> OffsetSyncListener | None:
@@ -265,13 +267,14 @@ class OffsetSyncListener(AckListener):
             interval_ms=policy.offset_syncs_interval_ms, name=name))
 
     def attach(self, context: Any) -> None:
+        self._context = context
         context.positions = self.emitter.positions
 
     def resending(self, records: list) -> None:
         self.emitter.positions.mark_resent(records)  # may land after later records: no offset sync from them
 
     def commit_point(self) -> None:
-        self.emitter.emit()
+        self.emitter.emit(getattr(self._context, "deadline", float("inf")))
 
     def metrics(self) -> Mapping[str, float]:
         return self.emitter.metrics()

@@ -64,3 +64,30 @@ def test_failure_reasons_kept_by_an_epoch_are_bounded():
     assert sum(stats.failure_reasons.values()) == 1000  # every record still counted
     assert stats.failure_reasons[OTHER_REASONS] == 1000 - REASONS_KEPT
     assert stats.count_reasons([(rec(0), ValueError("record 0 is bad"))]) == {"ValueError: record 0 is bad": 1}
+
+
+def test_offset_syncs_never_wait_past_the_epoch_deadline():
+    import time
+    from types import SimpleNamespace
+
+    from connect.tasks.offsetsync import OffsetSyncListener
+
+    deadlines = []
+
+    class Writer:
+        def send(self, records, deadline):
+            deadlines.append(deadline)
+
+        def flush(self, deadline):
+            return True
+
+        def take_failures(self):
+            return []
+
+    policy = RunnerPolicy(source_alias="A", target_alias="B", offset_syncs_topic="syncs")
+    listener = OffsetSyncListener.for_policy(policy, Writer, "c-0")
+    context = SimpleNamespace(deadline=time.monotonic() + 0.05)
+    listener.attach(context)
+    context.positions.ack(rec(0), "t", 0, 0)
+    listener.commit_point()
+    assert deadlines and deadlines[0] <= context.deadline  # not the emitter's own half second
