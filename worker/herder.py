@@ -48,7 +48,7 @@ from worker.driver import Executor, PipelineRuntime, connector_turn, unwanted_pa
 from worker.lag import REFRESH_S, CommittedLag
 from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
 from worker.store import TARGET_STATES, StoredStatus, Stores
-from worker.topology import flow_of, topologies, with_topology
+from worker.topology import flow_of, topologies, with_topology, withdrawal, withholds
 
 __all__ = ["Herder", "ConnectorNotFound", "ConnectorExists", "StateConflict", "BadRequest", "PAUSED", "STOPPED",
            "UNASSIGNED", "RESTARTING"]
@@ -236,7 +236,7 @@ class Herder:
         config.pop("name", None)
         pipeline = self.validate(name, config)
         with self._mutate:
-            self._create(name, config, initial_state, flow_of(pipeline))
+            self._create(name, config, initial_state, self._flow_of(pipeline))
         log.info("connector %s created (%s)", name, initial_state)
         return self.info(name)
 
@@ -264,7 +264,7 @@ class Herder:
             if created:
                 if problem := check_connector_name(name):
                     raise BadRequest(f"$.name: {problem}")
-                self._create(name, config, RUNNING, flow_of(self.validate(name, config, path="$")))
+                self._create(name, config, RUNNING, self._flow_of(self.validate(name, config, path="$")))
             else:
                 self._update(name, config)
         log.info("connector %s %s", name, "created" if created else "reconfigured")
@@ -273,9 +273,10 @@ class Herder:
     def _update(self, name: str, config: dict[str, Any]) -> None:
         """Validate, store, then apply a new config of an existing connector (the caller holds ``_mutate``)."""
         c = self._get(name)
-        flow = flow_of(self.validate(name, config, path="$"))
+        flow = self._flow_of(self.validate(name, config, path="$"))
         self.stores.configs.put(name, config)
         with self._lock:
+            self._warn_withdrawal(c, "reconfigured", flow)
             c.config = config
             c.flow = flow
             c.rebuild = True
@@ -305,6 +306,7 @@ class Herder:
             c = self._get(name)
             self.stores.configs.delete(name)  # the store first: a failed delete leaves the connector as it was
             with self._lock:
+                self._warn_withdrawal(c, "deleted", None)
                 del self._connectors[name]
                 c.removed = True
                 c.wake.set()
@@ -350,10 +352,42 @@ class Herder:
         """What ``worker.topology.flow_of`` says of a stored config; None when it does not parse now
         (then it is no edge of anyone's tree: the others keep delivering)."""
         try:
-            return flow_of(self.validate(name, config))
-        except Exception as exc:  # noqa: BLE001 - invalid now (e.g. a provider is away): it starts FAILED anyway
+            return self._flow_of(self.validate(name, config))
+        except ConfigError as exc:  # its issues are scrubbed by validate: no secret nor provided value shows
             log.warning("connector %s: not part of any replication topology: %s", name, self.redactor.redact(str(exc)))
-            return None
+        except Exception as exc:  # noqa: BLE001 - invalid now (e.g. a provider is away): it starts FAILED anyway
+            # Not its text: this connector's secrets are not in the redactor before it starts, and
+            # an unexpected error (a plugin's, a provider's) may quote resolved values.
+            log.warning("connector %s: not part of any replication topology: its config did not parse (%s)",
+                        name, type(exc).__name__)
+        return None
+
+    @staticmethod
+    def _flow_of(pipeline: PipelineConfig):
+        """``worker.topology.flow_of``, saying why a replication flow is no edge of its group's tree."""
+        flow = flow_of(pipeline)
+        if flow is not None and not flow[1].edge:
+            log.info("connector %s: no other flow leaves records to it (%s): the flows around it keep delivering "
+                     "them", pipeline.name, withholds(pipeline) or "its topics are a pattern")
+        return flow
+
+    def _warn_withdrawal(self, c: _Connector, verb: str, new) -> None:
+        """Before connector ``c`` is deleted or changed (its flow becoming ``new``): when other flows
+        left records to it that it no longer carries, say which targets may miss what it had not
+        delivered yet (``worker.topology.withdrawal``). The caller holds ``_lock``."""
+        gone = withdrawal({n: x.flow for n, x in self._connectors.items()}, c.name, new)
+        if gone is None:
+            return
+        rt = c.runtime
+        behind = rt.lag.of() if rt is not None else c.stopped_lag.of()
+        lag = "unknown" if behind is None else f"{behind[0]} record(s), {behind[1]:.0f} s behind"
+        level = logging.INFO if behind is not None and behind[0] == 0 else logging.WARNING
+        log.log(level, "connector %s %s while other flows leave records of %s to it (its lag: %s): records it has "
+                "not delivered yet, and those in transit until %s restart with the new topology, %s %s; "
+                "to copy them again, set the offsets of %s back (README: one path per record)",
+                c.name, verb, ", ".join(gone.topics), lag, ", ".join(gone.flows),
+                "do not reach" if verb == "deleted" else "may not reach", ", ".join(gone.targets),
+                ", ".join(gone.flows))
 
     def _retopologize(self) -> None:
         """The flows changed (one created, changed or deleted): a connector running with another

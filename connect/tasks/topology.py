@@ -14,10 +14,14 @@ group, and a record takes one path only:
 - the flow ``S -> T`` forwards the record only if ``S`` is ``T``'s parent in that tree.
 
 Every node of the tree is reached once, through its parent, and every parent flow forwards, so
-nothing is lost and nothing arrives twice. Where the worker is unsure it forwards (a duplicate is
-better than a loss): when ``T`` is not reached from ``O`` over the known flows (an origin the
-worker does not know, a flow it does not run), and for flows whose topics it cannot name (a topic
-pattern) - those are no edge of anyone else's tree, so the flows around them keep delivering.
+nothing is lost and nothing arrives twice - as long as each edge delivers every record of its
+topics unchanged in name: only such flows are edges (``Flow.edge``; the worker decides which,
+``worker.topology``), the others take part only as a flow that leaves records to the edges (its own
+edge, ``also``, counts for its own decision: it is sure it carries what it forwards). Where the
+worker is unsure it forwards (a duplicate is better than a loss): when ``T`` is not reached from
+``O`` over the known edges (an origin the worker does not know, a flow it does not run), and for
+flows that are no edge (a topic pattern, transforms, ``errors.tolerance=all``...) - the flows
+around them keep delivering.
 
 Rings keep working: in A -> B -> C -> A the tree from A is A -> B -> C, which is the ring itself.
 """
@@ -34,14 +38,17 @@ __all__ = ["Flow", "Topology"]
 @attrs.frozen
 class Flow:
     """One replication flow: source alias, target alias, and the (local) topic names it replicates;
-    ``topics`` None when they cannot be named (a pattern): such a flow covers no topic for others."""
+    ``topics`` None when they cannot be named (a pattern). ``edge`` False when it may not deliver
+    every record of them unchanged in name (a transform, ``errors.tolerance=all``...). A flow with
+    no topics or no edge covers no topic for others: none leaves a record to it."""
 
     source: str
     target: str
     topics: frozenset[str] | None = None
+    edge: bool = True
 
     def covers(self, topic: str) -> bool:
-        return self.topics is not None and topic in self.topics
+        return self.edge and self.topics is not None and topic in self.topics
 
 
 @attrs.frozen
@@ -49,10 +56,10 @@ class Topology:
     """The flows of a replication group (sorted, so equal topologies compare and hash equal)."""
 
     flows: tuple[Flow, ...] = attrs.field(converter=lambda fs: tuple(sorted(
-        fs, key=lambda f: (f.source, f.target, sorted(f.topics) if f.topics is not None else []))))
+        fs, key=lambda f: (f.source, f.target, sorted(f.topics) if f.topics is not None else [], f.edge))))
 
     def parents(self, origin: str, topic: str, also: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
-        """Each node's parent in the shortest-path tree from ``origin`` over the flows covering
+        """Each node's parent in the shortest-path tree from ``origin`` over the edges covering
         ``topic`` (plus the edges ``also``: a flow is sure it carries its own records)."""
         out: dict[str, set[str]] = {}
         for f in self.flows:

@@ -12,7 +12,7 @@ from connect.tasks.replication import OnePath, OriginFilter, _Chains, replicatio
 from connect.tasks.stages import StageChain
 from connect.tasks.topology import Flow, Topology
 from worker.pipeline import parse_pipeline
-from worker.topology import flow_of, topologies
+from worker.topology import Withdrawal, flow_of, topologies, withdrawal, withholds
 
 T = frozenset({"orders"})
 
@@ -130,3 +130,123 @@ def test_the_worker_groups_identity_flows_without_hop_limit_by_topics():
     assert tops["AD"] is None  # nothing else replicates "other"
     assert len(tops["DA"].flows) == 8  # its own (pattern) flow and every named one of its group
     assert "BD" not in tops and "BD" not in {f.source + f.target for f in tops["AB"].flows}
+
+
+# -- which flows are edges: a flow is relied on only when it delivers every record of its topics unchanged in name
+
+
+def mesh_pipelines(**ac_extra):
+    """A full mesh of A, B and C, the flow A -> C configured with ``ac_extra``."""
+    out = []
+    for s, t in permutations("ABC", 2):
+        extra = ac_extra if (s, t) == ("A", "C") else {}
+        out.append(parse_pipeline(flow_config(s, t, **extra)))
+    return out
+
+
+def sibling_forwards(**ac_extra) -> bool:
+    """Whether B -> C copies a record born in A (what A -> C would deliver, were it an edge)."""
+    pipelines = mesh_pipelines(**ac_extra)
+    tops = topologies({p.name: flow_of(p) for p in pipelines})
+    return tops["BC"].forwards("B", "C", "A", "orders")
+
+
+FILTER = {"transforms": "drop", "transforms.drop.type": "Filter", "transforms.drop.predicate": "tomb",
+          "predicates": "tomb", "predicates.tomb.type": "RecordIsTombstone"}
+ROUTER = {"transforms": "route", "transforms.route.type": "RegexRouter", "transforms.route.regex": "orders",
+          "transforms.route.replacement": "orders-copy"}
+
+
+def test_a_plain_identity_flow_is_an_edge_and_its_siblings_leave_records_to_it():
+    assert withholds(parse_pipeline(flow_config("A", "C"))) is None
+    assert not sibling_forwards()
+
+
+def test_a_parent_with_a_filter_transform_is_no_edge_so_the_sibling_forwards():
+    found = flow_of(parse_pipeline(flow_config("A", "C", **FILTER)))
+    assert found is not None and found[1] == Flow("A", "C", T, edge=False)
+    assert "transforms" in withholds(parse_pipeline(flow_config("A", "C", **FILTER)))
+    assert sibling_forwards(**FILTER)
+
+
+def test_a_parent_with_a_regex_router_is_no_edge_so_the_sibling_forwards():
+    assert flow_of(parse_pipeline(flow_config("A", "C", **ROUTER))) is None  # it writes other names: own rules
+    assert sibling_forwards(**ROUTER)
+    # a router that leaves the flow's topics alone keeps their names: the flow defers, but is still no edge
+    other = {**ROUTER, "transforms.route.regex": "payments"}
+    assert flow_of(parse_pipeline(flow_config("A", "C", **other)))[1] == Flow("A", "C", T, edge=False)
+    assert sibling_forwards(**other)
+
+
+def test_a_parent_whose_sink_renames_topics_is_no_edge_so_the_sibling_forwards():
+    for routing in ({"sink.topic.template": "backup.{topic}"}, {"sink.topic": "everything"}):
+        assert flow_of(parse_pipeline(flow_config("A", "C", **routing))) is None
+        assert sibling_forwards(**routing)
+    assert not sibling_forwards(**{"sink.topic.template": "{topic}"})  # the identity, spelled out
+
+
+def test_a_parent_that_may_skip_a_record_is_no_edge_so_the_sibling_forwards():
+    tolerant = {"errors.tolerance": "all"}
+    assert flow_of(parse_pipeline(flow_config("A", "C", **tolerant)))[1].edge is False
+    assert "errors.tolerance=all" in withholds(parse_pipeline(flow_config("A", "C", **tolerant)))
+    assert sibling_forwards(**tolerant)
+    assert sibling_forwards(**{"errors.deadletterqueue.topic.name": "dlq"})
+    assert not sibling_forwards(**{"errors.tolerance": "none"})
+
+
+def test_a_parent_starting_later_than_its_topics_beginning_is_no_edge():
+    assert "start.position=latest" in withholds(parse_pipeline(flow_config("A", "C", **{"source.start.position": "latest"})))
+    assert sibling_forwards(**{"source.start.position": "latest"})
+    assert not sibling_forwards(**{"source.start.position": "earliest"})
+
+
+def test_a_flow_that_is_no_edge_still_leaves_records_to_qualifying_parents():
+    # B -> C has a Filter: no one relies on it, but it relies on A -> C (an edge) for records born in A
+    pipelines = [parse_pipeline(flow_config(s, t, **(FILTER if (s, t) == ("B", "C") else {})))
+                 for s, t in permutations("ABC", 2)]
+    tops = topologies({p.name: flow_of(p) for p in pipelines})
+    assert not tops["BC"].forwards("B", "C", "A", "orders") and tops["BC"].forwards("B", "C", "B", "orders")
+    assert Flow("B", "C", T) not in tops["AC"].flows and Flow("B", "C", T, edge=False) not in tops["AC"].flows
+    # a ring whose only path to C is the filtering flow: it is C's parent for itself, so it forwards
+    ring = [parse_pipeline(flow_config("A", "B")), parse_pipeline(flow_config("B", "C", **FILTER)),
+            parse_pipeline(flow_config("C", "A"))]
+    tops = topologies({p.name: flow_of(p) for p in ring})
+    assert tops["BC"].forwards("B", "C", "A", "orders")
+
+
+def test_every_record_arrives_when_a_parent_is_no_edge():
+    # the simulation of the first tests, with A -> C filtering: C still gets a copy through B
+    flows = [Flow(s, t, T, edge=(s, t) != ("A", "C")) for s, t in permutations("ABC", 2)]
+    topology = Topology(flows)
+    got = deliveries(topology, "A")
+    assert len(got["C"]) == 2 and len(got["B"]) == 1  # a duplicate rather than a loss
+
+
+def test_deleting_or_changing_a_parent_names_the_targets_and_the_flows_that_relied_on_it():
+    pipelines = mesh_pipelines()
+    flows = {p.name: flow_of(p) for p in pipelines}
+    gone = withdrawal(flows, "AC")
+    assert gone == Withdrawal(("orders",), ("C",), ("BC",))
+    assert withdrawal(flows, "AC", flows["AC"]) is None  # changed and still an edge of the same topics
+    assert withdrawal(flows, "AC", flow_of(parse_pipeline(flow_config("A", "C", **FILTER)))) == gone
+    # a ring: deleting A -> B cuts B and C off from A's records
+    ring = {p.name: flow_of(p) for p in (parse_pipeline(flow_config(*e)) for e in ("AB", "BC", "CA", "CB"))}
+    assert withdrawal(ring, "AB") == Withdrawal(("orders",), ("B", "C"), ("BC", "CB"))
+    # a flow no one relies on
+    assert withdrawal({"AC": flows["AC"]}, "AC") is None
+    assert withdrawal(flows, "AC") is not None and withdrawal({**flows, "AC": None}, "AC") is None
+
+
+def test_the_herder_logs_no_text_of_an_unexpected_error_when_a_stored_config_does_not_parse(caplog):
+    from types import SimpleNamespace
+
+    from connect.secrets import Redactor
+    from worker.herder import Herder
+
+    def validate(name, config):
+        raise RuntimeError(f"cannot reach broker with password {config['sink.sasl.password']}")
+
+    herder = SimpleNamespace(validate=validate, redactor=Redactor(), _flow_of=Herder._flow_of)
+    with caplog.at_level("WARNING", logger="worker.herder"):
+        assert Herder._flow(herder, "AB", {"sink.sasl.password": "hunter2"}) is None
+    assert "hunter2" not in caplog.text and "RuntimeError" in caplog.text and "AB" in caplog.text
