@@ -678,17 +678,20 @@ class Herder:
     def _idle_stopped(self, c: _Connector) -> None:
         """A STOPPED connector has no runtime: a source connector of its own measures its lag."""
         source = None
+        masked = False  # until this connector's secrets are known, an error's text is not shown
         try:
             with self._lock:
                 config = dict(c.config)
             resolved, _, secrets = self._resolve(config)
             self.redactor.add(secrets)
+            masked = True
             pipeline = parse_pipeline({"name": c.name, "config": resolved}, client_policy=self.client_policy)
             source = pipeline.source_class()
             source.initialize(ConnectorContext(c.name))
             source.start({k: v for k, v in pipeline.source_config.items() if k != "connector.class"})
         except Exception as exc:  # noqa: BLE001 - lag is informational; the connector stays STOPPED
-            log.info("connector %s: lag not measured while STOPPED: %s", c.name, self.redactor.redact(str(exc)))
+            log.info("connector %s: lag not measured while STOPPED: %s", c.name,
+                     self.redactor.redact(str(exc)) if masked else type(exc).__name__)
             if source is not None:  # it may have opened clients before failing
                 try:
                     source.stop()

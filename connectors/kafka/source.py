@@ -86,7 +86,11 @@ class KafkaSourceConnector(PartitionedSourceConnector):
 
     @classmethod
     def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
-        return None if CONFIG.validate(config) else CONFIG.parse(config)["topics"] or None
+        if CONFIG.validate(config):
+            return None
+        cfg = CONFIG.parse(config)
+        # what it reads: a named topic that topics.exclude matches is never read
+        return [t for t in cfg["topics"] if not re.fullmatch(cfg["topics.exclude"], t)] or None
 
     def start(self, config: Mapping[str, Any]) -> None:
         super().start(config)

@@ -250,3 +250,11 @@ def test_the_herder_logs_no_text_of_an_unexpected_error_when_a_stored_config_doe
     with caplog.at_level("WARNING", logger="worker.herder"):
         assert Herder._flow(herder, "AB", {"sink.sasl.password": "hunter2"}) is None
     assert "hunter2" not in caplog.text and "RuntimeError" in caplog.text and "AB" in caplog.text
+
+
+def test_a_kafka_flow_does_not_claim_topics_it_excludes():
+    # a flow naming a topic topics.exclude matches never reads it, so it must not cover it for others
+    from connectors.kafka.source import KafkaSourceConnector
+
+    named = KafkaSourceConnector.named_topics({"bootstrap.servers": "127.0.0.1:9", "topics": "orders,__internal,x.internal"})
+    assert named == ["orders"]
