@@ -31,11 +31,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from connect.config import ConfigDef, Type
+from connect.config import Type
 from connect.connector import Connector, SinkConnector, SourceConnector
 from connect.errors import ConfigError, ConfigIssue
 from connect.plugins import resolve_connector
 from connect.records import ConnectRecord
+from connect.settings import settings_def, settings_from
 from connect.sink import SinkTask
 from connect.sink.side import SideWriter, side_output_issues
 from connect.source import SourceTask
@@ -47,15 +48,11 @@ from connect.transforms.chain import is_transforms_key, load_transforms
 
 __all__ = ["run_pair", "PairRun", "CaptureSinkTask", "CaptureSideWriter", "ListSourceTask", "FRAMEWORK_KEYS"]
 
-# The framework keys of one pair, by the worker's names, and the RunnerPolicy field each sets.
-FRAMEWORK_KEYS = {
-    "epoch.max.ms": ("epoch_max_ms", Type.INT), "epoch.max.records": ("epoch_max_records", Type.INT),
-    "epoch.grace.ms": ("epoch_grace_ms", Type.INT), "max.in.flight.records": ("max_in_flight_records", Type.INT),
-    "errors.retry.timeout": ("retry_timeout_ms", Type.INT), "errors.retry.delay.max.ms": ("retry_delay_max_ms", Type.INT),
-    "errors.tolerance": ("tolerance_all", Type.STRING), "errors.log.enable": ("log_errors", Type.BOOLEAN),
-    "errors.deadletterqueue.context.headers.enable": ("dlq_context_headers", Type.BOOLEAN),
-    "errors.deadletterqueue.topic.name": (None, Type.STRING),
-}
+# The framework keys of one pair: the runner's own settings (declared once, on RunnerPolicy) and the
+# dead-letter topic; the worker's other keys (tasks.max, restart backoff) mean nothing for one pair.
+_PAIR_CONFIG = settings_def(RunnerPolicy).define(
+    "errors.deadletterqueue.topic.name", Type.STRING, "", "Topic that receives records the sink rejected.")
+FRAMEWORK_KEYS = tuple(k.name for k in _PAIR_CONFIG.keys())
 _SIDE_KEYS = ("key.converter", "value.converter", "cluster.alias")  # the worker's, not the connector's
 _PREFIXES = ("source.", "sink.", "dlq.")
 
@@ -170,21 +167,13 @@ def _records(items: Iterable[Any], topic: str) -> list[ConnectRecord]:
 def _policy(flat: Mapping[str, Any]) -> tuple[RunnerPolicy, str]:
     """The pair's RunnerPolicy (2 s epochs unless the config says) and the dead-letter topic."""
     framework = {k: v for k, v in flat.items() if not k.startswith(_PREFIXES) and not is_transforms_key(k)}
-    cdef = ConfigDef()
-    for key, (_, kind) in FRAMEWORK_KEYS.items():
-        cdef.define(key, kind, None, "")
-    issues = cdef.validate(framework) + cdef.unknown_keys(framework)
-    if framework.get("errors.tolerance", "none") not in ("none", "all"):
-        issues.append(ConfigIssue("errors.tolerance", framework["errors.tolerance"], "must be none or all"))
+    issues = _PAIR_CONFIG.validate(framework) + _PAIR_CONFIG.unknown_keys(framework)
     if issues:
         raise ConfigError(issues, source="run_pair")
-    values = {k: v for k, v in cdef.parse(framework).items() if v is not None}
-    fields = {"epoch_max_ms": 2_000, "epoch_grace_ms": 2_000}
-    for key, value in values.items():
-        field = FRAMEWORK_KEYS[key][0]
-        if field is not None:
-            fields[field] = value == "all" if key == "errors.tolerance" else value
-    return RunnerPolicy(**fields), values.get("errors.deadletterqueue.topic.name", "")
+    values = _PAIR_CONFIG.parse(framework)
+    quick = {field: 2_000 for key, field in (("epoch.max.ms", "epoch_max_ms"), ("epoch.grace.ms", "epoch_grace_ms"))
+             if key not in framework}
+    return settings_from(RunnerPolicy, values, **quick), values["errors.deadletterqueue.topic.name"]
 
 
 def _task(spec: Any, kind: str, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
