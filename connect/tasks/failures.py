@@ -64,9 +64,10 @@ class FailedRecordHandler:
         self._log_errors = log_errors
         self._dlq_factory = dlq_factory
         self._dlq: SideWriter | None = None
-        # id(failed record) -> its dead letter, sent and waiting for an outcome: a retry within the
-        # epoch waits for it instead of sending it again.
-        self._sent: dict[int, ConnectRecord] = {}
+        # id(failed record) -> (that record, its dead letter) for letters the writer took and that
+        # wait for an outcome: a retry waits for them instead of sending them again. The record is
+        # held so its id cannot be reused while the entry lives.
+        self._sent: dict[int, tuple[ConnectRecord, ConnectRecord]] = {}
         self._connector = connector
         self._task = task
         self._dlq_headers = dlq_headers
@@ -107,15 +108,21 @@ class FailedRecordHandler:
     def _write_dead_letters(self, failures: Sequence[Failure]) -> None:
         if self._dlq is None:
             self._dlq = self._dlq_factory()
+        # Letters of records no longer among the failures (resolved otherwise, e.g. by a hook) are
+        # forgotten: only the caller's unresolved records can wait for one.
+        self._sent = {id(r): self._sent[id(r)] for r, _ in failures if id(r) in self._sent}
         fresh = [(r, e) for r, e in failures if id(r) not in self._sent]
         letters = [dead_letter_record(r, e, connector=self._connector, task=self._task, with_headers=self._dlq_headers)
                    for r, e in fresh]
-        self._sent.update((id(r), letter) for (r, _), letter in zip(fresh, letters, strict=True))
         deadline = self._deadline()
+        # Remembered as sent only once the writer took them: a writer that raised took nothing this
+        # handler can wait for, so the next attempt sends them again (at least once, never counted
+        # as written without a letter).
         failed, complete = self._dlq.write(letters, deadline)
+        self._sent.update((id(r), (r, letter)) for (r, _), letter in zip(fresh, letters, strict=True))
         if failed:
             refused = {id(letter) for letter, _ in failed}
-            self._sent = {k: v for k, v in self._sent.items() if id(v) not in refused}  # sent again next time
+            self._sent = {k: v for k, v in self._sent.items() if id(v[1]) not in refused}  # sent again next time
             record, error = failed[0]
             if all(isinstance(e, RetriableError) for _, e in failed):
                 raise RetriableError(f"dead-letter topic did not take {len(failed)} record(s) yet: {error}")

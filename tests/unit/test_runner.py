@@ -8,10 +8,11 @@ from collections import defaultdict
 
 import pytest
 
-from connect.errors import ConnectError
+from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord, partition_key
+from connect.tasks.failures import FailedRecordHandler
 from connect.tasks.policy import RunnerPolicy
-from connect.tasks.results import FAILED, RUNNING
+from connect.tasks.results import FAILED, RUNNING, EpochStats
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySideWriter, MemorySinkConnector, MemorySinkTask, MemorySourceTask
 from worker.settings import FrameworkSettings
@@ -464,6 +465,39 @@ def test_dead_letter_queue_not_built_when_nothing_fails(make_runner, sink_name, 
     runner = make_runner(source={"records": 5}, dlq_factory=factory(), settings=make_settings(epoch_max_records=5))
     assert runner.run_epoch(1).state == RUNNING
     assert built == []
+
+
+class _FailsFirstSend(MemorySideWriter):
+    """A memory side writer whose first ``send`` raises (as a writer that cannot reach its
+    cluster yet may), then writes."""
+
+    def __init__(self, config, topic):
+        super().__init__(config, topic)
+        self.raised = 0
+
+    def send(self, records, deadline):
+        if not self.raised:
+            self.raised += 1
+            raise RetriableError("cluster unreachable")
+        super().send(records, deadline)
+
+
+def test_a_dead_letter_writer_that_raised_gets_the_letters_again(dlq):
+    """A send that raised took nothing: the retry writes every letter, and only then are the
+    records counted as dead-lettered."""
+    dlq_name, _, _ = dlq
+    writer = _FailsFirstSend({"name": dlq_name}, "dlq-topic")
+    stats = EpochStats()
+    handler = FailedRecordHandler(source=MemorySourceTask(), stats=stats, tolerance_all=False, log_errors=False,
+                                  dlq_factory=lambda: writer, connector="unit", task="0", dlq_headers=False)
+    failures = [(ConnectRecord("memory", b"k", f"v{i}".encode(), None, 0, {"partition": 0}, {"offset": i}, 0),
+                 RuntimeError("refused")) for i in range(2)]
+    with pytest.raises(RetriableError):
+        handler.handle(failures)
+    assert stats.dead_lettered == 0
+    assert handler.handle(failures) == []
+    assert stats.dead_lettered == 2
+    assert [r.value for r in MemorySinkTask.written[dlq_name]] == [b"v0", b"v1"]
 
 
 # -- conversion ---------------------------------------------------------------------------------
