@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from connect.errors import ConfigIssue, RetriableError
+from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord
 
 __all__ = ["SideWriter", "AsyncSideWriter", "QueuedSideWriter", "Failure", "writes_side_outputs", "side_output_issues",
@@ -91,10 +91,11 @@ class SideWriter:
 
 
 class AsyncSideWriter(SideWriter):
-    """A side writer over a client that sends without waiting: ``send`` hands records over one by
-    one (``_send_one``), at most ``max_pending`` without an outcome; each outcome is settled with
-    ``_settled(record, error or None)`` on the caller's thread. Subclasses implement ``_send_one``
-    (raise what the client raised), ``_refusal`` (that exception as the record's error: a
+    """A side writer over a client that sends without waiting: ``send`` gets the client ready
+    (``_ready``, optional) and hands records over one by one (``_send_one``), at most
+    ``max_pending`` without an outcome; each outcome is settled with ``_settled(record, error or
+    None)`` on the caller's thread. Subclasses implement ``_send_one`` (raise what the client
+    raised), ``_refusal`` (that exception as the record's error: a
     :class:`~connect.errors.RetriableError` stops the batch, in order) and ``_serve(timeout)``
     (settle the outcomes that arrived, waiting at most ``timeout`` seconds for some)."""
 
@@ -102,6 +103,12 @@ class AsyncSideWriter(SideWriter):
         super().__init__(topic)
         self._pending = 0  # records sent whose outcome was not settled yet
         self._max_pending = max_pending
+
+    def _ready(self, deadline: float) -> None:
+        """Get ready to send (open the client, look the topic up or create it), waiting at most until
+        ``deadline``; raise a :class:`~connect.errors.ConnectError` when it cannot (a
+        :class:`~connect.errors.RetriableError`: not now), which becomes every record's outcome.
+        Called before each ``send`` of records: cheap once ready."""
 
     def _send_one(self, record: ConnectRecord) -> None:
         raise NotImplementedError
@@ -118,6 +125,14 @@ class AsyncSideWriter(SideWriter):
             self._fail(record, error)
 
     def send(self, records: Sequence[ConnectRecord], deadline: float) -> None:
+        if not records:
+            return
+        try:
+            self._ready(deadline)
+        except ConnectError as exc:
+            for r in records:
+                self._fail(r, exc)
+            return
         for i, r in enumerate(records):
             while self._pending >= self._max_pending:
                 left = time_left(deadline)

@@ -41,22 +41,20 @@ class KafkaSideWriter(AsyncSideWriter):
         self._clean = True  # never hand a producer that saw a failure back to the pool
         self._broken = False  # a fatal error: the producer will never deliver again
         self._opened = False
-        self._deadline = 0.0
 
-    def _open(self) -> None:
-        """The topic (created when missing), then a producer."""
+    def _ready(self, deadline: float) -> None:
+        """The topic, created when missing (its admin calls bounded by ``deadline``)."""
+        if self._opened:
+            return
         admin_conf = client_config(self._config, "admin")
         admin = POOL.acquire("admin", self._owner, admin_conf)
         try:
-            TargetTopics(admin, CONFIG.parse(self._config), lambda: time_left(self._deadline)).ensure(self.topic, 1)
+            TargetTopics(admin, CONFIG.parse(self._config), lambda: time_left(deadline)).ensure(self.topic, 1)
         finally:
             POOL.release("admin", self._owner, admin_conf, admin)
         self._opened = True
 
     def send(self, records, deadline: float) -> None:
-        self._deadline = deadline
-        if not self._opened and records:
-            self._open()
         super().send(records, deadline)
         self._serve(0)
 

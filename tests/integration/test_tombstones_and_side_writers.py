@@ -11,6 +11,7 @@ import pytest
 import rocketmq_util
 from kafka_util import consume_all, create_topic
 
+from connect.errors import RetriableError
 from connect.records import ConnectRecord
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
@@ -150,3 +151,27 @@ def test_a_dead_letter_topic_out_of_reach_holds_the_record_and_its_offset(unique
     assert list(committed.values()) in ([], [{"offset": 1}])  # never past the refused record at offset 2
     assert sum(r.stats["dead_lettered"] for r in results) == 0
     MemorySinkTask.written.pop(sink_name, None)
+
+
+UNREACHABLE = {
+    "kafka": (KafkaSinkConnector, {"bootstrap.servers": "127.0.0.1:1"}),
+}
+
+
+@pytest.mark.parametrize("broker", list(UNREACHABLE))
+def test_a_side_writer_out_of_reach_fails_each_record_as_transient_by_its_deadline(broker):
+    """A side writer that cannot reach its cluster (here: nothing listens) never raises from
+    ``send``: every record gets a transient failure of its own, and ``write`` returns by its
+    deadline, every time."""
+    connector, keys = UNREACHABLE[broker]
+    writer = connector.side_writer(keys, f"unreachable-{broker}")
+    records = [ConnectRecord("t", b"k", b"v%d" % i, None, 0, {"partition": 0}, {"offset": i}, 0) for i in range(3)]
+    try:
+        for _ in range(3):
+            t0 = time.monotonic()
+            failed, complete = writer.write(records, t0 + 1.0)
+            assert time.monotonic() - t0 < 1.5
+            assert [r for r, _ in failed] == records
+            assert all(isinstance(e, RetriableError) for _, e in failed), failed
+    finally:
+        writer.close()
