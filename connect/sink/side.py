@@ -99,16 +99,23 @@ class AsyncSideWriter(SideWriter):
     :class:`~connect.errors.RetriableError` stops the batch, in order) and ``_serve(timeout)``
     (settle the outcomes that arrived, waiting at most ``timeout`` seconds for some)."""
 
+    #: After ``_ready`` failed, sends fail at once with that error for this many seconds before it
+    #: is tried again: an outage costs one bounded wait per pause, not one per commit point.
+    ready_pause_s = 2.0
+
     def __init__(self, topic: str, max_pending: int = 10_000) -> None:
         super().__init__(topic)
         self._pending = 0  # records sent whose outcome was not settled yet
         self._max_pending = max_pending
+        self._unready: ConnectError | None = None  # what the last ``_ready`` raised
+        self._ready_again_at = 0.0
 
     def _ready(self, deadline: float) -> None:
         """Get ready to send (open the client, look the topic up or create it), waiting at most until
         ``deadline``; raise a :class:`~connect.errors.ConnectError` when it cannot (a
         :class:`~connect.errors.RetriableError`: not now), which becomes every record's outcome.
-        Called before each ``send`` of records: cheap once ready."""
+        Called before each ``send`` of records (after a failure, not before ``ready_pause_s``):
+        cheap once ready."""
 
     def _send_one(self, record: ConnectRecord) -> None:
         raise NotImplementedError
@@ -127,11 +134,15 @@ class AsyncSideWriter(SideWriter):
     def send(self, records: Sequence[ConnectRecord], deadline: float) -> None:
         if not records:
             return
-        try:
-            self._ready(deadline)
-        except ConnectError as exc:
+        if self._unready is None or time.monotonic() >= self._ready_again_at:
+            try:
+                self._ready(deadline)
+                self._unready = None
+            except ConnectError as exc:
+                self._unready, self._ready_again_at = exc, time.monotonic() + self.ready_pause_s
+        if self._unready is not None:
             for r in records:
-                self._fail(r, exc)
+                self._fail(r, self._unready)
             return
         for i, r in enumerate(records):
             while self._pending >= self._max_pending:
