@@ -164,8 +164,10 @@ class CheckpointSourceTask(SourceTask):
         self._reported: dict[tuple, str] = {}  # what was logged, so it is logged once
 
     # -- syncs -------------------------------------------------------------------------------
-    def _read_syncs(self, until: float) -> None:
-        for r in self.reader.poll(until):
+    def _read_syncs(self, until: float) -> int:
+        """Reads the offset syncs that arrived; how many records it read."""
+        records = self.reader.poll(until)
+        for r in records:
             try:
                 sync = decode_sync(r.value)
             except ValueError as exc:
@@ -177,6 +179,7 @@ class CheckpointSourceTask(SourceTask):
                 continue
             self.store.add(sync)
             self.counts["checkpoint.syncs"] += 1
+        return len(records)
 
     # -- groups ------------------------------------------------------------------------------
     def _groups(self) -> list[str]:
@@ -267,8 +270,12 @@ class CheckpointSourceTask(SourceTask):
     def poll(self) -> Sequence[ConnectRecord]:
         now = time.monotonic()
         until = now + min(0.5, self.context.time_left())
-        self._read_syncs(until)
-        if now < self._next_at or not self.reader.caught_up:  # the whole history first: the oldest syncs count
+        read = self._read_syncs(until)
+        if not self.reader.caught_up:  # the whole history first: the oldest syncs count
+            if not read:  # the topic is not there yet (the reader looks for it every few seconds): no busy loop
+                time.sleep(max(min(0.1, self.context.time_left()), 0))
+            return []
+        if now < self._next_at:
             time.sleep(max(min(self._next_at - time.monotonic(), 0.1, self.context.time_left()), 0))
             return []
         self._next_at = now + self.interval

@@ -3,6 +3,8 @@ conservative translation and its thinning."""
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 
@@ -311,3 +313,24 @@ def test_an_untranslated_group_is_named_in_the_metrics_with_its_partition_and_wh
     assert len(warned) == 2 and "oldest known is at 100" in " ".join(warned)
     task._checkpoint_group("orders-app", ["orders"], 1, [])  # logged once per group, partition and reason
     assert len([r for r in caplog.records if "not translated" in r.getMessage()]) == 2
+
+
+class _MissingTopic:
+    """A TopicTail whose topic does not exist yet: every poll returns nothing at once."""
+
+    caught_up = False
+    polls = 0
+
+    def poll(self, until):
+        self.polls += 1
+        return []
+
+
+def test_the_checkpoint_task_does_not_spin_while_the_offset_syncs_topic_is_missing():
+    task = _checkpoint_task(store(), {})
+    task.reader, task._next_at = _MissingTopic(), 0.0
+    task.context.time_left = lambda: 10.0
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        assert task.poll() == []
+    assert task.reader.polls <= 15
