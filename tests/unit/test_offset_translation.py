@@ -270,7 +270,7 @@ def _checkpoint_task(store_, positions):
     task.partition, task._emitted = {"checkpoint": "A->B"}, {}
     task.counts = {k: 0 for k in ("checkpoint.emitted", "checkpoint.applied", "checkpoint.parked",
                                   "checkpoint.targets.incomplete")}
-    task._untranslatable, task._last_untranslatable, task._reported = {}, {}, {}
+    task._untranslatable, task._last_untranslatable, task._reported, task._parked = {}, {}, {}, {}
     task.context = type("Ctx", (), {"task_id": "cp-0"})()
     return task
 
@@ -296,6 +296,25 @@ def test_a_target_partition_fed_by_two_source_partitions_moves_only_when_both_tr
     task._checkpoint_group("g", ["orders"], 1, out := [])
     assert task.downstream.applied == [{("orders", 0): Translation(300, False)}]
     assert len({r.key for r in out}) == 2  # one key per source partition
+
+
+def test_a_parked_target_partition_is_parked_once_until_it_translates():
+    p0, p1 = {"topic": "orders", "broker": "a", "queue": 0}, {"topic": "orders", "broker": "b", "queue": 0}
+    s = store(sync(100, 500, sp=p0), sync(50, 300, sp=p1))  # both feed ("orders", 0)
+    behind = {partition_key(p0): (p0, 101), partition_key(p1): (p1, 10)}
+    task = _checkpoint_task(s, behind)
+    for _ in range(3):
+        task._checkpoint_group("g", ["orders"], 1, [])
+    assert task.downstream.applied == [{("orders", 0): Translation(None, True)}]  # parked once, not every round
+    assert task.counts["checkpoint.parked"] == 1
+    task.upstream = _Upstream({partition_key(p0): (p0, 101), partition_key(p1): (p1, 60)})
+    task._checkpoint_group("g", ["orders"], 1, [])  # translates: moved, and no longer remembered as parked
+    assert task.downstream.applied[-1] == {("orders", 0): Translation(300, False)}
+    task.upstream = _Upstream(behind)
+    task._checkpoint_group("g", ["orders"], 1, [])  # behind again: parked again
+    assert task.downstream.applied[-1] == {("orders", 0): Translation(None, True)} and len(task.downstream.applied) == 3
+    task._checkpoint_group("h", ["orders"], 1, [])  # another group is parked on its own
+    assert len(task.downstream.applied) == 4 and set(task._parked) == {"g", "h"}
 
 
 def test_an_untranslated_group_is_named_in_the_metrics_with_its_partition_and_why(caplog):
