@@ -103,7 +103,7 @@ class AsyncSideWriter(SideWriter):
     #: is tried again: an outage costs one bounded wait per pause, not one per commit point.
     ready_pause_s = 2.0
 
-    def __init__(self, topic: str, max_pending: int = 10_000) -> None:
+    def __init__(self, topic: str, max_pending: int) -> None:
         super().__init__(topic)
         self._pending = 0  # records sent whose outcome was not settled yet
         self._max_pending = max_pending
@@ -181,7 +181,7 @@ class QueuedSideWriter(AsyncSideWriter):
     """An :class:`AsyncSideWriter` whose client reports outcomes on a thread of its own (callbacks,
     futures): they only queue them (``_arrive``); ``_serve`` settles them on the caller's thread."""
 
-    def __init__(self, topic: str, max_pending: int = 10_000) -> None:
+    def __init__(self, topic: str, max_pending: int) -> None:
         super().__init__(topic, max_pending)
         self._outcomes: collections.deque = collections.deque()
         self._arrived = threading.Event()

@@ -34,9 +34,12 @@ log = logging.getLogger(__name__)
 
 class KafkaSideWriter(AsyncSideWriter):
     def __init__(self, config: Mapping[str, Any], topic: str) -> None:
-        super().__init__(topic)
+        conf = client_config(config, "producer", PRODUCER_DEFAULTS)
+        # as many without an outcome as the producer's queue holds (the sink's bound, as the
+        # Pulsar and RocketMQ writers take their sink's max.pending.messages)
+        super().__init__(topic, int(conf["queue.buffering.max.messages"]))
         self._config = dict(config)
-        self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
+        self._conf = conf
         self._conf["delivery.report.only.error"] = False  # every outcome settles its record
         self._owner = f"side:{topic}"
         self._producer = None

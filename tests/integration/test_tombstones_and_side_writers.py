@@ -253,3 +253,18 @@ def test_kafka_side_writer_fails_records_whose_reports_are_lost_and_waits_no_lon
     t0 = time.monotonic()
     writer.close()
     assert time.monotonic() - t0 < 0.5
+
+
+def test_kafka_side_writer_holds_as_many_records_without_outcome_as_its_producer_queue():
+    """The Kafka writer's bound on records without an outcome is its producer's queue
+    (queue.buffering.max.messages, as the sink's), as the Pulsar and RocketMQ writers take their
+    sink's max.pending.messages: beyond it, a record waits for room until the deadline, then fails
+    as transient."""
+    writer = KafkaSinkConnector.side_writer({"bootstrap.servers": "127.0.0.1:1",
+                                             "producer.override.queue.buffering.max.messages": "2"}, "bounded")
+    writer._opened, writer._producer = True, _SilentProducer()
+    records = [ConnectRecord("t", None, b"v%d" % i, None, 0, {"partition": 0}, {"offset": i}, 0) for i in range(3)]
+    writer.send(records, time.monotonic() + 0.3)
+    [(record, error)] = writer.take_failures()
+    assert record is records[2] and isinstance(error, RetriableError)
+    writer._producer = None  # nothing to drop: the silent producer was never the pool's
