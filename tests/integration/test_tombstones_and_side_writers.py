@@ -79,6 +79,20 @@ def test_pulsar_sink_writes_null_values_and_messages_without_key(pulsar_pair, un
         (k and k.decode(), v, v is None) for k, v in RECORDS]
 
 
+def test_pulsar_sink_sends_an_empty_key_as_no_key(pulsar_pair, unique):
+    """As the README says: pulsar-client sets only a non-empty partition key, so a record with an
+    empty key becomes a message without key (read back as a record without key)."""
+    _, dst = pulsar_pair
+    topic = f"persistent://public/default/empty-key-{unique}"
+    _Given.given = [(b"", b"v0"), (b"k1", b"v1")]
+    try:
+        _run(PulsarSinkTask(), {"service.url": dst.service_url, "topic": topic})
+    finally:
+        _Given.given = RECORDS
+    msgs = pulsar_util.consume_all(dst, topic, 0, 2)[-1]
+    assert [(m.partition_key(), m.data()) for m in msgs] == [("", b"v0"), ("k1", b"v1")]
+
+
 def test_rocketmq_sink_marks_tombstones_so_the_source_restores_them(rocketmq_pair, unique):
     """RocketMQ has no null body: a tombstone is an empty body with CONNECT_NULL_VALUE=true, and
     the RocketMQ source's mapping reads it back as a record without value (RocketMQ -> Kafka keeps
