@@ -13,10 +13,10 @@ client). Two ways of sharing, chosen per pool:
   its key, so a task restarted in the same process takes its connected client back.
 
 In both, a client nobody holds is kept idle up to ``max_idle`` per pool (least recently released
-closed first) and closed beyond; ``release(..., reuse=False)`` closes it at once (a broken or
-non-empty client is never handed to the next user). Every client still held or idle when the
-interpreter exits is closed first: left to the garbage collector, a ``pulsar.Client``'s C++ threads
-are destroyed while running, which aborts the process.
+closed first) and closed beyond (a user never releases a broken or non-empty client: it drops
+it). Every client still held or idle when the interpreter exits is closed first: left to the
+garbage collector, a ``pulsar.Client``'s C++ threads are destroyed while running, which aborts
+the process.
 """
 
 from __future__ import annotations
@@ -67,9 +67,10 @@ class ClientPool:
                 return client
         return client if client is not None else (build or (lambda: self._factory(key)))()
 
-    def release(self, key: Hashable, client: Any = None, *, reuse: bool = True) -> None:
-        """Give a client back (a shared pool's users may omit ``client``); ``reuse=False`` closes it
-        now (for a shared client: once its last user released it)."""
+    def release(self, key: Hashable, client: Any = None) -> None:
+        """Give a client back (a shared pool's users may omit ``client``): kept idle, or closed now
+        when ``max_idle`` idle clients are kept already (for a shared client: once its last user
+        released it)."""
         with self._lock:
             if self._shared:
                 entry = self._held.get(key)
@@ -81,7 +82,7 @@ class ClientPool:
                 del self._held[key]
                 client = entry[0]
             evicted = []
-            if reuse and self._max_idle > 0:
+            if self._max_idle > 0:
                 self._idle[(key, id(client))] = client
                 while len(self._idle) > self._max_idle:
                     evicted.append(self._idle.pop(next(iter(self._idle))))
@@ -89,10 +90,6 @@ class ClientPool:
                 evicted.append(client)
         for old in evicted:
             self._discard(old)
-
-    def idle_count(self) -> int:
-        with self._lock:
-            return len(self._idle)
 
     def close_all(self) -> None:
         with self._lock:

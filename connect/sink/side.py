@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from connect.errors import ConfigIssue, RetriableError
+from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord
 
 __all__ = ["SideWriter", "AsyncSideWriter", "QueuedSideWriter", "Failure", "writes_side_outputs", "side_output_issues",
@@ -91,17 +91,31 @@ class SideWriter:
 
 
 class AsyncSideWriter(SideWriter):
-    """A side writer over a client that sends without waiting: ``send`` hands records over one by
-    one (``_send_one``), at most ``max_pending`` without an outcome; each outcome is settled with
-    ``_settled(record, error or None)`` on the caller's thread. Subclasses implement ``_send_one``
-    (raise what the client raised), ``_refusal`` (that exception as the record's error: a
+    """A side writer over a client that sends without waiting: ``send`` gets the client ready
+    (``_ready``, optional) and hands records over one by one (``_send_one``), at most
+    ``max_pending`` without an outcome; each outcome is settled with ``_settled(record, error or
+    None)`` on the caller's thread. Subclasses implement ``_send_one`` (raise what the client
+    raised), ``_refusal`` (that exception as the record's error: a
     :class:`~connect.errors.RetriableError` stops the batch, in order) and ``_serve(timeout)``
     (settle the outcomes that arrived, waiting at most ``timeout`` seconds for some)."""
 
-    def __init__(self, topic: str, max_pending: int = 10_000) -> None:
+    #: After ``_ready`` failed, sends fail at once with that error for this many seconds before it
+    #: is tried again: an outage costs one bounded wait per pause, not one per commit point.
+    ready_pause_s = 2.0
+
+    def __init__(self, topic: str, max_pending: int) -> None:
         super().__init__(topic)
         self._pending = 0  # records sent whose outcome was not settled yet
         self._max_pending = max_pending
+        self._unready: ConnectError | None = None  # what the last ``_ready`` raised
+        self._ready_again_at = 0.0
+
+    def _ready(self, deadline: float) -> None:
+        """Get ready to send (open the client, look the topic up or create it), waiting at most until
+        ``deadline``; raise a :class:`~connect.errors.ConnectError` when it cannot (a
+        :class:`~connect.errors.RetriableError`: not now), which becomes every record's outcome.
+        Called before each ``send`` of records (after a failure, not before ``ready_pause_s``):
+        cheap once ready."""
 
     def _send_one(self, record: ConnectRecord) -> None:
         raise NotImplementedError
@@ -118,6 +132,18 @@ class AsyncSideWriter(SideWriter):
             self._fail(record, error)
 
     def send(self, records: Sequence[ConnectRecord], deadline: float) -> None:
+        if not records:
+            return
+        if self._unready is None or time.monotonic() >= self._ready_again_at:
+            try:
+                self._ready(deadline)
+                self._unready = None
+            except ConnectError as exc:
+                self._unready, self._ready_again_at = exc, time.monotonic() + self.ready_pause_s
+        if self._unready is not None:
+            for r in records:
+                self._fail(r, self._unready)
+            return
         for i, r in enumerate(records):
             while self._pending >= self._max_pending:
                 left = time_left(deadline)
@@ -155,7 +181,7 @@ class QueuedSideWriter(AsyncSideWriter):
     """An :class:`AsyncSideWriter` whose client reports outcomes on a thread of its own (callbacks,
     futures): they only queue them (``_arrive``); ``_serve`` settles them on the caller's thread."""
 
-    def __init__(self, topic: str, max_pending: int = 10_000) -> None:
+    def __init__(self, topic: str, max_pending: int) -> None:
         super().__init__(topic, max_pending)
         self._outcomes: collections.deque = collections.deque()
         self._arrived = threading.Event()

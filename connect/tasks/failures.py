@@ -4,8 +4,9 @@ Order of decision (first that accepts wins, and the record's offset may then adv
 1. ``SourceTask.dismiss_failed_msgs(records)`` (RIP-45) - the source says they may be dropped;
 2. ``SourceTask.customer_failed_msgs(records)`` (RIP-45) - the source handled them itself;
 3. the dead-letter topic (``errors.deadletterqueue.topic.name``), written by the sink
-   connector's side writer (:mod:`connect.sink.side`: its own client, to the sink's cluster) and
-   acknowledged by the broker before anything advances;
+   connector's side writer (:mod:`connect.sink.side`: its own client, to the sink's cluster, one
+   per pair kept across epochs: :class:`DeadLetterQueue`) and acknowledged by the broker before
+   anything advances;
 4. ``errors.tolerance=all`` - skipped.
 Whatever none of them accepts is returned: the runner keeps its partition's offset where it was
 and fails the task. Every record is counted in exactly one of the stats' buckets.
@@ -27,7 +28,7 @@ from connect.sink.side import SideWriter
 from connect.source import SourceTask
 from connect.tasks.results import EpochStats
 
-__all__ = ["FailedRecordHandler", "dead_letter_record"]
+__all__ = ["FailedRecordHandler", "DeadLetterQueue", "dead_letter_record"]
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +55,67 @@ def dead_letter_record(record: ConnectRecord, error: BaseException, *, connector
                          record.source_partition, record.source_offset, None, record.value_schema)
 
 
+class DeadLetterQueue:
+    """A pair's dead-letter topic: its side writer, built by ``factory`` on first use and kept
+    across epochs (its client and topic check are paid once, and letters still without an outcome
+    when an epoch ends are waited for, not sent again, by the next), until :meth:`close` (the
+    pair stops)."""
+
+    def __init__(self, factory: Callable[[], SideWriter]) -> None:
+        self._factory = factory
+        self._writer: SideWriter | None = None
+        # id(failed record) -> (that record, its dead letter) for letters the writer took and that
+        # wait for an outcome: a retry waits for them instead of sending them again. The record is
+        # held so its id cannot be reused while the entry lives.
+        self._sent: dict[int, tuple[ConnectRecord, ConnectRecord]] = {}
+
+    def write(self, failures: Sequence[Failure], letter: Callable[[ConnectRecord, BaseException], ConnectRecord],
+              deadline: float) -> None:
+        """Have the broker acknowledge a dead letter (``letter(record, error)``) of every failed
+        record by ``deadline``. Raises RetriableError when it did not yet (call again with the
+        records still failed), ConnectError when it refused one for good."""
+        if self._writer is None:
+            self._writer = self._factory()
+        # Letters of records no longer among the failures (resolved otherwise, e.g. by a hook) are
+        # forgotten: only the caller's unresolved records can wait for one.
+        self._sent = {id(r): self._sent[id(r)] for r, _ in failures if id(r) in self._sent}
+        fresh = [(r, e) for r, e in failures if id(r) not in self._sent]
+        letters = [letter(r, e) for r, e in fresh]
+        # Remembered as sent only once the writer took them: a writer that raised took nothing to
+        # wait for, so the next attempt sends them again (at least once, never counted as written
+        # without a letter).
+        failed, complete = self._writer.write(letters, deadline)
+        self._sent.update((id(r), (r, dead)) for (r, _), dead in zip(fresh, letters, strict=True))
+        waiting = {id(dead) for _, dead in self._sent.values()}
+        failed = [(dead, e) for dead, e in failed if id(dead) in waiting]  # not a forgotten one's
+        if failed:
+            refused = {id(dead) for dead, _ in failed}
+            self._sent = {k: v for k, v in self._sent.items() if id(v[1]) not in refused}  # sent again next time
+            record, error = failed[0]
+            if all(isinstance(e, RetriableError) for _, e in failed):
+                raise RetriableError(f"dead-letter topic did not take {len(failed)} record(s) yet: {error}")
+            raise ConnectError(f"dead-letter topic rejected {len(failed)} record(s), first {record.position()}: {error}")
+        if not complete:
+            raise RetriableError("dead-letter writes not acknowledged before the epoch deadline")
+        for r, _ in failures:
+            self._sent.pop(id(r), None)
+
+    def close(self) -> None:
+        self._sent = {}
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+
 class FailedRecordHandler:
     def __init__(self, *, source: SourceTask, stats: EpochStats, tolerance_all: bool, log_errors: bool,
-                 dlq_factory: Callable[[], SideWriter] | None, connector: str, task: str, dlq_headers: bool,
+                 dlq: DeadLetterQueue | None, connector: str, task: str, dlq_headers: bool,
                  deadline: Callable[[], float] = lambda: float("inf")):
         self._source = source
         self._stats = stats
         self._tolerance_all = tolerance_all
         self._log_errors = log_errors
-        self._dlq_factory = dlq_factory
-        self._dlq: SideWriter | None = None
-        # id(failed record) -> its dead letter, sent and waiting for an outcome: a retry within the
-        # epoch waits for it instead of sending it again.
-        self._sent: dict[int, ConnectRecord] = {}
+        self._dlq = dlq
         self._connector = connector
         self._task = task
         self._dlq_headers = dlq_headers
@@ -93,8 +142,8 @@ class FailedRecordHandler:
         if self._source.customer_failed_msgs(records):
             stats.customer_handled += len(records)
             return []
-        if self._dlq_factory is not None:
-            self._write_dead_letters(failures)
+        if self._dlq is not None:
+            self._dlq.write(failures, self._letter, self._deadline())
             stats.dead_lettered += len(failures)
             return []
         if self._tolerance_all:
@@ -104,29 +153,6 @@ class FailedRecordHandler:
             return []
         return list(failures)
 
-    def _write_dead_letters(self, failures: Sequence[Failure]) -> None:
-        if self._dlq is None:
-            self._dlq = self._dlq_factory()
-        fresh = [(r, e) for r, e in failures if id(r) not in self._sent]
-        letters = [dead_letter_record(r, e, connector=self._connector, task=self._task, with_headers=self._dlq_headers)
-                   for r, e in fresh]
-        self._sent.update((id(r), letter) for (r, _), letter in zip(fresh, letters, strict=True))
-        deadline = self._deadline()
-        failed, complete = self._dlq.write(letters, deadline)
-        if failed:
-            refused = {id(letter) for letter, _ in failed}
-            self._sent = {k: v for k, v in self._sent.items() if id(v) not in refused}  # sent again next time
-            record, error = failed[0]
-            if all(isinstance(e, RetriableError) for _, e in failed):
-                raise RetriableError(f"dead-letter topic did not take {len(failed)} record(s) yet: {error}")
-            raise ConnectError(f"dead-letter topic rejected {len(failed)} record(s), first {record.position()}: {error}")
-        if not complete:
-            raise RetriableError("dead-letter writes not acknowledged before the epoch deadline")
-        for r, _ in failures:
-            self._sent.pop(id(r), None)
-
-    def close(self) -> None:
-        self._sent = {}
-        if self._dlq is not None:
-            self._dlq.close()
-            self._dlq = None
+    def _letter(self, record: ConnectRecord, error: BaseException) -> ConnectRecord:
+        return dead_letter_record(record, error, connector=self._connector, task=self._task,
+                                  with_headers=self._dlq_headers)

@@ -49,7 +49,7 @@ from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.bookkeeping import OpenedPartitions, RecordCommits
-from connect.tasks.failures import FailedRecordHandler
+from connect.tasks.failures import DeadLetterQueue, FailedRecordHandler
 from connect.tasks.listeners import AckListener, AckListeners
 from connect.tasks.offsetsync import OffsetSyncListener
 from connect.tasks.policy import RunnerPolicy
@@ -128,7 +128,7 @@ class TaskPairRunner:
         # (with the connector's transforms) or built from the policy and the converters
         self._chain = stages if stages is not None else build_chain(policy, source_config, sink_config)
         self._stop_requested = stop_requested
-        self._dlq_factory = dlq_factory
+        self._dlq = DeadLetterQueue(dlq_factory) if dlq_factory is not None else None  # one writer per pair
         self._reporter = ErrantRecordReporter()
         self._retry = RetryPolicy(policy.retry_timeout_ms, policy.retry_delay_max_ms)
         self._opened = OpenedPartitions()
@@ -243,7 +243,6 @@ class TaskPairRunner:
             log.error("task %s failed in epoch %d: %s", self.name, epoch, exc)
         finally:
             self._set_deadline(float("inf"))
-            handler.close()
             if gc_was_enabled:
                 gc.enable()
         lag = reported = None
@@ -266,7 +265,7 @@ class TaskPairRunner:
         self._retry.on_retry = lambda: setattr(stats, "retries", stats.retries + 1)
         handler = FailedRecordHandler(
             source=self.source, stats=stats, tolerance_all=p.tolerance_all, log_errors=p.log_errors,
-            dlq_factory=self._dlq_factory, connector=self.connector, task=str(self.task_id),
+            dlq=self._dlq, connector=self.connector, task=str(self.task_id),
             dlq_headers=p.dlq_context_headers, deadline=lambda: self._deadline)
         return _Carry(stats, handler)
 
@@ -601,7 +600,7 @@ class TaskPairRunner:
         errors = []
         self._set_deadline(time.monotonic() + 1.0)  # a stopping sink may flush a little, not wait long
         for step in (lambda: self.sink.close(self._opened.all()), self.sink.stop, self._listeners.close,
-                     self._chain.close, self.source.stop):
+                     self._chain.close, self.source.stop, lambda: self._dlq and self._dlq.close()):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - stop everything, report the first failure

@@ -66,9 +66,6 @@ class KafkaClients:
     def release(self, role: str, owner: str, conf: Mapping[str, Any], client) -> None:
         self._pools[role].release(_key(owner, conf), client)
 
-    def idle_count(self, role: str) -> int:
-        return self._pools[role].idle_count()
-
     def close_all(self) -> None:
         for pool in self._pools.values():
             pool.close_all()

@@ -52,15 +52,17 @@ class KafkaGroups(GroupPositions):
         return sorted(g.group_id for g in listed.valid)
 
     def _committed(self, group: str) -> list[TopicPartition]:
+        """The group's partitions as OffsetFetch answered them, each with its offset (negative:
+        none committed) or its error."""
         [answer] = self._result(f"committed offsets of group {group}", self._admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group)], request_timeout=self._timeout))
-        return [tp for tp in answer.topic_partitions or () if tp.offset >= 0 and tp.error is None]
+        return list(answer.topic_partitions or ())
 
     def positions(self, group: str, topics: Sequence[str]) -> dict[str, tuple[dict, Any]] | None:
         wanted = set(topics)
         out: dict[str, tuple[dict, Any]] = {}
         for tp in self._committed(group):
-            if tp.topic in wanted:
+            if tp.topic in wanted and tp.offset >= 0 and tp.error is None:
                 sp = {"topic": tp.topic, "partition": tp.partition}
                 out[partition_key(sp)] = (sp, tp.offset)
         return out
@@ -77,7 +79,16 @@ class KafkaGroups(GroupPositions):
     def apply(self, group: str, targets: Mapping[TargetPartition, tuple[Any, bool]]) -> list[TargetPartition]:
         if not targets or self.active(group):
             return []
-        current = {(tp.topic, tp.partition): tp.offset for tp in self._committed(group)}
+        committed = self._committed(group)
+        # A partition answered with an error has an offset nobody knows: taken as none, parking
+        # would overwrite a real one with the earliest, and a move could go backwards.
+        wanted = {(topic, int(part)) for topic, part in targets}
+        failed = [tp for tp in committed if tp.error is not None and (tp.topic, tp.partition) in wanted]
+        if failed:
+            tp = failed[0]
+            raise RetriableError(f"committed offsets of group {group}: {len(failed)} partition(s) not read, first "
+                                 f"{tp.topic}[{tp.partition}]: {tp.error.str()}")
+        current = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
         earliest = self._earliest([t for t, (position, _i) in targets.items()
                                    if position is None and (t[0], int(t[1])) not in current])
         moves = []

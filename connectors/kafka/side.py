@@ -6,11 +6,13 @@ dead-letter topic the ``dlq.*`` overrides are already applied) and the sink's pr
 idempotent, ``acks=all``, no delivery timeout (an outage delays a dead letter, it never fails it).
 Every record goes to the one topic, partitioned by key (murmur2, as Java's producer); the topic is
 created with one partition when missing and ``topic.creation.enable`` (the default), as Kafka
-Connect creates its dead-letter topic. Each delivery report is bound to its record (``partial``).
+Connect creates its dead-letter topic. Each delivery report is bound to its record (by a number,
+``partial``); a report that never comes (a producer dropped) fails its record explicitly.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from functools import partial
@@ -32,31 +34,34 @@ log = logging.getLogger(__name__)
 
 class KafkaSideWriter(AsyncSideWriter):
     def __init__(self, config: Mapping[str, Any], topic: str) -> None:
-        super().__init__(topic)
+        conf = client_config(config, "producer", PRODUCER_DEFAULTS)
+        # as many without an outcome as the producer's queue holds (the sink's bound, as the
+        # Pulsar and RocketMQ writers take their sink's max.pending.messages)
+        super().__init__(topic, int(conf["queue.buffering.max.messages"]))
         self._config = dict(config)
-        self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
+        self._conf = conf
         self._conf["delivery.report.only.error"] = False  # every outcome settles its record
         self._owner = f"side:{topic}"
         self._producer = None
         self._clean = True  # never hand a producer that saw a failure back to the pool
         self._broken = False  # a fatal error: the producer will never deliver again
         self._opened = False
-        self._deadline = 0.0
+        self._unsettled: dict[int, ConnectRecord] = {}  # sent on the current producer, by report number
+        self._numbers = itertools.count()
 
-    def _open(self) -> None:
-        """The topic (created when missing), then a producer."""
+    def _ready(self, deadline: float) -> None:
+        """The topic, created when missing (its admin calls bounded by ``deadline``)."""
+        if self._opened:
+            return
         admin_conf = client_config(self._config, "admin")
         admin = POOL.acquire("admin", self._owner, admin_conf)
         try:
-            TargetTopics(admin, CONFIG.parse(self._config), lambda: time_left(self._deadline)).ensure(self.topic, 1)
+            TargetTopics(admin, CONFIG.parse(self._config), lambda: time_left(deadline)).ensure(self.topic, 1)
         finally:
             POOL.release("admin", self._owner, admin_conf, admin)
         self._opened = True
 
     def send(self, records, deadline: float) -> None:
-        self._deadline = deadline
-        if not self._opened and records:
-            self._open()
         super().send(records, deadline)
         self._serve(0)
 
@@ -67,8 +72,10 @@ class KafkaSideWriter(AsyncSideWriter):
         headers = r.headers
         if headers is not None and headers.__class__ is not list:
             headers = list(headers)
-        self._producer.produce(self.topic, r.value, r.key, on_delivery=partial(self._delivered, r),
+        number = next(self._numbers)
+        self._producer.produce(self.topic, r.value, r.key, on_delivery=partial(self._delivered, number),
                                timestamp=r.timestamp or 0, headers=headers)
+        self._unsettled[number] = r
 
     def _refusal(self, r: ConnectRecord, exc: Exception) -> BaseException:
         if isinstance(exc, BufferError):
@@ -81,8 +88,11 @@ class KafkaSideWriter(AsyncSideWriter):
         return DeliveryError(f"record {r.position()} cannot be written to {self.topic}: {exc} (keys and values "
                              "must be bytes, str or None)")
 
-    def _delivered(self, r: ConnectRecord, err: KafkaError | None, msg) -> None:
+    def _delivered(self, number: int, err: KafkaError | None, msg) -> None:
         """librdkafka calls it once per record, on the thread serving the producer (ours)."""
+        r = self._unsettled.pop(number, None)
+        if r is None:  # its producer was dropped and the record failed then
+            return
         error = None
         if err is not None:
             self._clean = False
@@ -98,27 +108,34 @@ class KafkaSideWriter(AsyncSideWriter):
     def _serve(self, timeout: float) -> None:
         if self._producer is None:
             return
+        until = time.monotonic() + timeout
         try:
             self._producer.poll(timeout)
         except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
             log.warning("side writer to %s: producer failed (%s)", self.topic, exc)
             self._broken = True
         if self._broken:
-            self._drop()
+            self._drop(until)
 
-    def _drop(self) -> None:
-        """Fail every record without an outcome back (transient) and forget the producer; the next
-        send starts a fresh one. A record whose report never comes keeps ``flush`` incomplete."""
+    def _drop(self, deadline: float) -> None:
+        """Forget the producer (the next send starts a fresh one) and fail every record without an
+        outcome back as transient: the purged ones by their delivery reports, served until
+        ``deadline``; those whose report did not come by then explicitly (as the Kafka sink does),
+        so ``flush`` never waits for a report that cannot come any more."""
         producer, self._producer, self._clean, self._broken = self._producer, None, False, False
         if producer is None:
             return
         try:
             producer.purge()
-            deadline = time.monotonic() + 5
-            while producer.flush(0.5) > 0 and time.monotonic() < deadline:  # serves the purged reports
-                pass
+            producer.poll(0)  # serves the purged reports
+            while self._unsettled and (left := time_left(deadline)) > 0:
+                producer.poll(min(left, 0.2))
         except (KafkaException, SystemError):
             pass
+        lost, self._unsettled = self._unsettled, {}
+        for r in lost.values():
+            self._settled(r, RetriableError(f"record {r.position()} has no delivery report from the dropped producer to "
+                                            f"{self.topic}: it may or may not have been written"))
 
     def close(self) -> None:
         producer = self._producer
@@ -128,4 +145,4 @@ class KafkaSideWriter(AsyncSideWriter):
             self._producer = None
             POOL.release("producer", self._owner, self._conf, producer)
         else:
-            self._drop()
+            self._drop(time.monotonic())

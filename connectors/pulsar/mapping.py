@@ -42,6 +42,9 @@ def message_fields(key: Any, headers) -> tuple[str | None, dict[str, str], bytes
     ordering = None
     partition_key = None
     if key is not None:
+        # An empty key ("") is returned as it is, but pulsar-client's public send_async sets a
+        # partition key only when it is truthy: the message goes without key (has_key() false),
+        # and a consumer reads it as a message without key.
         partition_key, encoded = _text(key)
         if encoded:
             properties[BASE64_KEY] = "true"

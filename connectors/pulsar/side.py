@@ -12,11 +12,13 @@ first use.
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from typing import Any, Mapping
 
 from connect.errors import DeliveryError, RetriableError
 from connect.records import ConnectRecord
-from connect.sink.side import QueuedSideWriter
+from connect.sink.side import QueuedSideWriter, time_left
 from connectors.pulsar.clients import CLIENTS, client_settings
 from connectors.pulsar.mapping import message_fields
 from connectors.pulsar.names import PULSAR_NAMES
@@ -33,10 +35,49 @@ class PulsarSideWriter(QueuedSideWriter):
         self._settings = client_settings(cfg)
         self._client = None
         self._producer = None
+        self._creating: concurrent.futures.Future | None = None  # the producer being created, on a thread
+        self._waited = False  # whether a send already waited for that creation
+
+    def _ready(self, deadline: float) -> None:
+        """The producer. ``create_producer`` blocks up to the client's operation timeout (30 s by
+        default) when Pulsar does not answer, so it runs on a thread of its own: the first send
+        waits for it until its deadline, later ones do not wait while it is still under way, and a
+        creation that failed is tried again only after ``ready_pause_s``."""
+        if self._producer is not None:
+            return
+        creating = self._creating
+        if creating is None:
+            creating = self._creating = self._create()
+            self._waited = False
+        try:
+            producer = creating.result(timeout=0 if self._waited else time_left(deadline))
+        except concurrent.futures.TimeoutError:
+            self._waited = True
+            raise RetriableError(f"no producer on {self.topic} yet: Pulsar did not answer in time") from None
+        except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
+            self._creating = None
+            raise RetriableError(f"cannot create a producer on {self.topic}: {exc}") from exc
+        self._creating = None
+        self._producer = producer
+
+    def _create(self) -> concurrent.futures.Future:
+        import pulsar
+
+        self._ok, self._permanent = permanent_results()
+        if self._client is None:
+            self._client = CLIENTS.acquire(self._settings)
+        client, options, future = self._client, producer_options(self._cfg, pulsar), concurrent.futures.Future()
+
+        def create() -> None:
+            try:
+                future.set_result(client.create_producer(self.topic, **options))
+            except BaseException as exc:  # noqa: BLE001 - handed to the sender
+                future.set_exception(exc)
+
+        threading.Thread(target=create, name=f"pulsar-side-producer-{self.topic}", daemon=True).start()
+        return future
 
     def _send_one(self, r: ConnectRecord) -> None:
-        if self._producer is None:
-            self._open()
         key, properties, ordering = message_fields(r.key, r.headers)
         value = r.value
         if value is not None and value.__class__ is not bytes:
@@ -48,18 +89,6 @@ class PulsarSideWriter(QueuedSideWriter):
         self._producer.send_async(value, done, properties=properties or None, partition_key=key,
                                   ordering_key=ordering.decode("utf-8", "replace") if ordering is not None else None,
                                   event_timestamp=r.timestamp or None)
-
-    def _open(self) -> None:
-        import pulsar
-
-        self._pulsar = pulsar
-        self._ok, self._permanent = permanent_results()
-        if self._client is None:
-            self._client = CLIENTS.acquire(self._settings)
-        try:
-            self._producer = self._client.create_producer(self.topic, **producer_options(self._cfg, pulsar))
-        except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
-            raise RetriableError(f"cannot create a producer on {self.topic}: {exc}") from exc
 
     def _refusal(self, r: ConnectRecord, exc: Exception) -> BaseException:
         if isinstance(exc, RetriableError):
@@ -79,11 +108,27 @@ class PulsarSideWriter(QueuedSideWriter):
 
     def close(self) -> None:
         producer, self._producer = self._producer, None
+        creating, self._creating = self._creating, None
+        client, self._client = self._client, None
         if producer is not None:
             try:
                 producer.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
-        if self._client is not None:
-            self._client = None
+        if client is None:
+            return
+        if creating is None or creating.done():
+            if creating is not None:
+                _close_created(creating)
             CLIENTS.release(self._settings)
+        else:  # a creation under way: its producer is closed, and the client released, once it ends
+            creating.add_done_callback(lambda f: (_close_created(f), CLIENTS.release(self._settings)))
+
+
+def _close_created(future: concurrent.futures.Future) -> None:
+    """Close the producer a creation made, if it made one."""
+    if future.exception() is None:
+        try:
+            future.result().close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass

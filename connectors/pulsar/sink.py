@@ -247,7 +247,8 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
 
                 try:
                     # pulsar-client's public send_async: a None value is Pulsar's null value (a
-                    # tombstone on compacted topics), as a Kafka tombstone is.
+                    # tombstone on compacted topics), as a Kafka tombstone is; an empty key is no
+                    # key (it sets only a non-empty partition key).
                     producer.send_async(value, done, properties=properties or None, partition_key=key,
                                         ordering_key=ordering.decode("utf-8", "replace") if ordering is not None
                                         else None, event_timestamp=r.timestamp or None)

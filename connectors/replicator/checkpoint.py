@@ -60,6 +60,7 @@ _WHY = {_NO_SYNC: "has no offset sync yet (the mirror has copied nothing of this
         _BEHIND: "is before every offset sync known (the mirror started after it, or older syncs left the "
                  "offset-syncs topic by retention)"}
 _SHOWN = 50  # untranslated (group, partition) gauges reported at most
+_PARKED_GROUPS = 10_000  # groups whose parked partitions are remembered at most
 
 CONFIG = (
     ConfigDef()
@@ -162,10 +163,15 @@ class CheckpointSourceTask(SourceTask):
         self._untranslatable: dict[tuple, str] = {}
         self._last_untranslatable: dict[tuple, str] = {}
         self._reported: dict[tuple, str] = {}  # what was logged, so it is logged once
+        # group -> target partitions parked by an apply that succeeded: not parked again while they
+        # stay parked (forgotten once they translate, or the group is no longer listed)
+        self._parked: dict[str, set[tuple]] = {}
 
     # -- syncs -------------------------------------------------------------------------------
-    def _read_syncs(self, until: float) -> None:
-        for r in self.reader.poll(until):
+    def _read_syncs(self, until: float) -> int:
+        """Reads the offset syncs that arrived; how many records it read."""
+        records = self.reader.poll(until)
+        for r in records:
             try:
                 sync = decode_sync(r.value)
             except ValueError as exc:
@@ -177,6 +183,7 @@ class CheckpointSourceTask(SourceTask):
                 continue
             self.store.add(sync)
             self.counts["checkpoint.syncs"] += 1
+        return len(records)
 
     # -- groups ------------------------------------------------------------------------------
     def _groups(self) -> list[str]:
@@ -211,14 +218,20 @@ class CheckpointSourceTask(SourceTask):
                 self._emitted[memo] = (next_key, t)
                 out.append(self._record(group, sp, next_key, target, t, ts))
         if self.downstream is None or not (per_target or behind):
+            self._parked.pop(group, None)
             return
         # A target partition fed by several source partitions moves only when every one of them
         # translated (to the lowest of their translations): one left out could have records there
         # before the others' positions. One fed by a partition the group is behind every sync of is
         # parked: at its earliest position if the group has none there, so a consumer failing over
         # reads records again rather than skipping them (its reset policy could say "latest").
+        # Parking is done once per stretch of being parked (a group active in the target then has
+        # positions of its own): every round would cost the target a group description and an
+        # offset fetch (Kafka), or exclusive consumers on every parked partition (Pulsar).
         lowest: dict[tuple, Translation] = {}
         parked = {target for key in behind for target in self.store.targets_of(key)}
+        done = self._parked.get(group, set()) & parked
+        to_park = parked - done
         for target, by_source in per_target.items():
             missing = self.store.sources_of(target) - by_source.keys()
             if missing:
@@ -226,7 +239,9 @@ class CheckpointSourceTask(SourceTask):
                     self.counts["checkpoint.targets.incomplete"] += 1
                 continue
             lowest[target] = min(by_source.values(), key=Translation.sort_key)
-        lowest.update((target, Translation(None, True)) for target in parked)
+        for target in parked:
+            lowest.pop(target, None)
+        lowest.update((target, Translation(None, True)) for target in to_park)
         if lowest:
             moved = self.downstream.apply(group, lowest)
             self.counts["checkpoint.applied"] += sum(1 for m in moved if m not in parked)
@@ -235,6 +250,13 @@ class CheckpointSourceTask(SourceTask):
                 log.info("[%s] group %s moved in %s: %d partition(s)%s", self.context.task_id, group,
                          self.downstream_alias, len(moved),
                          f", {len(parked & set(moved))} parked at their earliest position" if parked else "")
+        done |= to_park
+        if done:
+            if len(self._parked) >= _PARKED_GROUPS and group not in self._parked:
+                self._parked.pop(next(iter(self._parked)))  # the oldest group: parked once more, at worst
+            self._parked[group] = done
+        else:
+            self._parked.pop(group, None)
 
     # -- groups that cannot be translated: which, where, why ---------------------------------
     def _untranslated(self, group: str, source_key: str, next_key: Any, why: str) -> None:
@@ -267,8 +289,12 @@ class CheckpointSourceTask(SourceTask):
     def poll(self) -> Sequence[ConnectRecord]:
         now = time.monotonic()
         until = now + min(0.5, self.context.time_left())
-        self._read_syncs(until)
-        if now < self._next_at or not self.reader.caught_up:  # the whole history first: the oldest syncs count
+        read = self._read_syncs(until)
+        if not self.reader.caught_up:  # the whole history first: the oldest syncs count
+            if not read:  # the topic is not there yet (the reader looks for it every few seconds): no busy loop
+                time.sleep(max(min(0.1, self.context.time_left()), 0))
+            return []
+        if now < self._next_at:
             time.sleep(max(min(self._next_at - time.monotonic(), 0.1, self.context.time_left()), 0))
             return []
         self._next_at = now + self.interval
@@ -288,6 +314,9 @@ class CheckpointSourceTask(SourceTask):
                 log.warning("[%s] group %s not checkpointed this round: %s", self.context.task_id, group, exc)
                 self._untranslatable.update((k, w) for k, w in self._last_untranslatable.items() if k[0] == group)
         self._last_untranslatable = self._untranslatable
+        listed = set(groups)
+        for group in [g for g in self._parked if g not in listed]:
+            del self._parked[group]
         for memo in [m for m in self._reported if m not in self._untranslatable]:  # a group gone or moved on
             del self._reported[memo]
         return out

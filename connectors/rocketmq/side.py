@@ -12,12 +12,14 @@ TOPIC_NOT_EXIST, a transient failure whose message says to create the topic.
 
 from __future__ import annotations
 
+import concurrent.futures
+import time
 import zlib
 from typing import Any, Mapping
 
 from connect.errors import ConnectError, DeliveryError, RetriableError
 from connect.records import ConnectRecord
-from connect.sink.side import QueuedSideWriter
+from connect.sink.side import QueuedSideWriter, time_left
 from connectors.rocketmq.clients import CLIENTS, client_settings
 from connectors.rocketmq.mapping import message_properties
 from connectors.rocketmq.sink import CONFIG, MAX_MESSAGE_SIZE, _Target
@@ -35,20 +37,47 @@ class RocketMQSideWriter(QueuedSideWriter):
         self._settings = client_settings(cfg)
         self._client = None
         self._target: _Target | None = None
+        self._stale = False  # a send failed since the last lookup: look the route up again
+        self._lookup_at = 0.0  # not before then (a lookup that failed, or a stale route, waits)
 
-    def _route(self) -> _Target:
+    def _ready(self, deadline: float) -> None:
+        """The topic's route, looked up again (at most every ``ready_pause_s``) once a send
+        failed: the route may have changed, or the topic appeared. Until that lookup succeeds, a
+        route known sends on."""
+        if self._target is not None and (not self._stale or time.monotonic() < self._lookup_at):
+            return
+        self._lookup_at = time.monotonic() + self.ready_pause_s
+        try:
+            self._target, self._stale = self._route(deadline), False
+        except RetriableError:
+            if self._target is None:
+                raise
+
+    def _lookup(self, topic: str, deadline: float):
+        """``topic``'s route from the name server, waiting at most until ``deadline``."""
+        left = time_left(deadline)
+        if left <= 0.05:
+            raise RetriableError(f"no time left to look up topic {topic}")
+        future = self._client.submit(self._client.client.topic_route(topic, timeout=left))
+        try:
+            return future.result(timeout=left)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise RetriableError(f"route lookup of topic {topic}: no answer in {left:.1f} s") from None
+
+    def _route(self, deadline: float) -> _Target:
         from connectors.rocketmq.client import TopicNotFoundError
 
         if self._client is None:
             self._client = CLIENTS.acquire(self._settings)
         try:
-            return _Target(self.topic, self._client.topic_route(self.topic))
+            return _Target(self.topic, self._lookup(self.topic, deadline))
         except TopicNotFoundError:
             pass
         except ConnectError as exc:
             raise RetriableError(f"cannot look up topic {self.topic}: {exc}") from exc
         try:
-            target = _Target(self.topic, self._client.topic_route(_DEFAULT_TOPIC))
+            target = _Target(self.topic, self._lookup(_DEFAULT_TOPIC, deadline))
         except ConnectError as exc:
             raise RetriableError(f"topic {self.topic} does not exist and no broker serves {_DEFAULT_TOPIC} to "
                                  f"create it from ({exc}): create the topic") from exc
@@ -57,8 +86,6 @@ class RocketMQSideWriter(QueuedSideWriter):
 
     def _send_one(self, r: ConnectRecord) -> None:
         target = self._target
-        if target is None:
-            target = self._target = self._route()
         value = r.value
         if value is not None and value.__class__ is not bytes:
             value = bytes(value)  # a TypeError is the record's refusal
@@ -97,7 +124,7 @@ class RocketMQSideWriter(QueuedSideWriter):
             error = RetriableError(f"record {record.position()} stored by {self.topic} without the requested flush "
                                    f"({fut.result().status})")
         if error is not None:
-            self._target = None  # looked up again: the route may have changed, or the topic appeared
+            self._stale = True
         super()._settled(record, error)
 
     def close(self) -> None:

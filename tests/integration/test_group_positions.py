@@ -1,17 +1,23 @@
 """Consumer-group positions of RocketMQ groups and Pulsar subscriptions (connectors.rocketmq.groups,
 connectors.pulsar.groups) read and moved over the wire against the embedded RocketMQ broker and
-pulsar-lite."""
+pulsar-lite; Kafka groups' handling of per-partition errors with a scripted admin client."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import time
+from types import SimpleNamespace
 
 import pulsar
+import pytest
+from confluent_kafka import ConsumerGroupState, KafkaError
 from pulsar_util import QUIET
 from rocketmq_util import produce
 
+from connect.errors import RetriableError
 from connect.records import partition_key
+from connectors.kafka.groups import KafkaGroups
 from connectors.pulsar.groups import PulsarGroups
 from connectors.rocketmq.client import ConsumerData, SyncRocketMQClient
 from connectors.rocketmq.groups import RocketMQGroups, is_system_group
@@ -261,3 +267,46 @@ def test_pulsar_each_partition_of_a_partitioned_topic_is_read_and_moved(pulsar_p
     finally:
         groups.close()
         client.close()
+
+
+def _done(value) -> dict:
+    future = concurrent.futures.Future()
+    future.set_result(value)
+    return {"request": future}
+
+
+class _Admin:
+    """An admin client whose OffsetFetch answers partition 0 with an error, partition 1 with offset 7."""
+
+    def __init__(self):
+        self.altered = []
+
+    def describe_consumer_groups(self, groups, **kw):
+        return _done(SimpleNamespace(state=ConsumerGroupState.EMPTY))
+
+    def list_consumer_group_offsets(self, requests, **kw):
+        return _done(SimpleNamespace(topic_partitions=[
+            SimpleNamespace(topic="orders", partition=0, offset=-1, error=KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)),
+            SimpleNamespace(topic="orders", partition=1, offset=7, error=None)]))
+
+    def list_offsets(self, request, **kw):
+        return {tp: concurrent.futures.Future() for tp in request}  # never answered: must not be asked
+
+    def alter_consumer_group_offsets(self, requests, **kw):
+        self.altered.append(requests)
+        return _done(None)
+
+
+def test_kafka_apply_never_parks_or_moves_a_partition_whose_committed_offset_was_not_read():
+    """A partition OffsetFetch answered with an error is not a partition without a committed
+    offset: parking it would overwrite that offset with the earliest one."""
+    groups = KafkaGroups.__new__(KafkaGroups)
+    groups._admin, groups._timeout = _Admin(), 1.0
+    with pytest.raises(RetriableError, match=r"orders\[0\]"):
+        groups.apply("g", {("orders", 0): (None, True)})
+    with pytest.raises(RetriableError):
+        groups.apply("g", {("orders", 0): (3, False), ("orders", 1): (9, False)})
+    assert groups._admin.altered == []
+    assert groups.apply("g", {("orders", 1): (9, False)}) == [("orders", 1)]  # a partition read is moved
+    assert groups.positions("g", ["orders"]) == {partition_key({"topic": "orders", "partition": 1}): (
+        {"topic": "orders", "partition": 1}, 7)}

@@ -10,7 +10,9 @@ import pulsar_util
 import pytest
 import rocketmq_util
 from kafka_util import consume_all, create_topic
+from netproxy import TcpProxy
 
+from connect.errors import RetriableError
 from connect.records import ConnectRecord
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
@@ -75,6 +77,20 @@ def test_pulsar_sink_writes_null_values_and_messages_without_key(pulsar_pair, un
     msgs = pulsar_util.consume_all(dst, topic, 0, len(RECORDS))[-1]
     assert [(m.partition_key() or None, m.data() or None, m.has_null_value()) for m in msgs] == [
         (k and k.decode(), v, v is None) for k, v in RECORDS]
+
+
+def test_pulsar_sink_sends_an_empty_key_as_no_key(pulsar_pair, unique):
+    """As the README says: pulsar-client sets only a non-empty partition key, so a record with an
+    empty key becomes a message without key (read back as a record without key)."""
+    _, dst = pulsar_pair
+    topic = f"persistent://public/default/empty-key-{unique}"
+    _Given.given = [(b"", b"v0"), (b"k1", b"v1")]
+    try:
+        _run(PulsarSinkTask(), {"service.url": dst.service_url, "topic": topic})
+    finally:
+        _Given.given = RECORDS
+    msgs = pulsar_util.consume_all(dst, topic, 0, 2)[-1]
+    assert [(m.partition_key(), m.data()) for m in msgs] == [("", b"v0"), ("k1", b"v1")]
 
 
 def test_rocketmq_sink_marks_tombstones_so_the_source_restores_them(rocketmq_pair, unique):
@@ -150,3 +166,119 @@ def test_a_dead_letter_topic_out_of_reach_holds_the_record_and_its_offset(unique
     assert list(committed.values()) in ([], [{"offset": 1}])  # never past the refused record at offset 2
     assert sum(r.stats["dead_lettered"] for r in results) == 0
     MemorySinkTask.written.pop(sink_name, None)
+
+
+UNREACHABLE = {
+    "kafka": (KafkaSinkConnector, {"bootstrap.servers": "127.0.0.1:1"}),
+}
+
+
+@pytest.mark.parametrize("broker", list(UNREACHABLE))
+def test_a_side_writer_out_of_reach_fails_each_record_as_transient_by_its_deadline(broker):
+    """A side writer that cannot reach its cluster (here: nothing listens) never raises from
+    ``send``: every record gets a transient failure of its own, and ``write`` returns by its
+    deadline, every time."""
+    connector, keys = UNREACHABLE[broker]
+    writer = connector.side_writer(keys, f"unreachable-{broker}")
+    records = [ConnectRecord("t", b"k", b"v%d" % i, None, 0, {"partition": 0}, {"offset": i}, 0) for i in range(3)]
+    try:
+        for _ in range(3):
+            t0 = time.monotonic()
+            failed, complete = writer.write(records, t0 + 1.0)
+            assert time.monotonic() - t0 < 1.5
+            assert [r for r, _ in failed] == records
+            assert all(isinstance(e, RetriableError) for _, e in failed), failed
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("broker", list(SIDE))
+def test_a_side_writer_cut_off_from_its_cluster_waits_no_longer_than_its_deadline(broker, request, unique):
+    """Its cluster behind a blackholed proxy (a partition: connections hang, nothing answers), a
+    side writer gives each record a transient failure by the deadline of every write (opening a
+    producer or looking a route up never waits longer), and writes once the network heals."""
+    connector, fixture, keys, read = SIDE[broker]
+    _, dst = request.getfixturevalue(fixture)
+    [(key, address)] = keys(dst).items()
+    port = int(address.rsplit(":", 1)[1])
+    proxy = TcpProxy(port)
+    proxy.blackhole()
+    topic = f"cut-{unique}"[:60].replace(".", "-").replace("[", "-").replace("]", "")
+    writer = connector.side_writer({key: address.replace(f":{port}", f":{proxy.port}")}, topic)
+    record = ConnectRecord("t", b"k", b"v", [("h", b"1")], 0, {"partition": 0}, {"offset": 0}, 0)
+    try:
+        for _ in range(3):
+            t0 = time.monotonic()
+            failed, _complete = writer.write([record], t0 + 1.0)
+            assert time.monotonic() - t0 < 1.6
+            assert [r for r, _ in failed] == [record]
+            assert isinstance(failed[0][1], RetriableError), failed
+        proxy.restore()
+        todo, complete, until = [record], False, time.monotonic() + 60
+        while (todo or not complete) and time.monotonic() < until:
+            failed, complete = writer.write(todo, time.monotonic() + 2)
+            assert all(isinstance(e, RetriableError) for _, e in failed), failed
+            todo = [r for r, _ in failed]
+            if todo:
+                time.sleep(0.2)
+        assert not todo and complete
+    finally:
+        writer.close()
+        proxy.close()
+    [(k, v, headers)] = read(dst, topic)
+    assert (k, v, headers["h"]) == (b"k", b"v", b"1")
+
+
+class _SilentProducer:
+    """A producer that takes records and never reports on them, even once purged (its reports
+    lost); every wait lasts its whole timeout."""
+
+    def produce(self, *args, **kwargs):
+        pass
+
+    def poll(self, timeout=0):
+        time.sleep(timeout)
+        return 0
+
+    def flush(self, timeout=0):
+        time.sleep(timeout)
+        return 1
+
+    def purge(self, *args, **kwargs):
+        pass
+
+
+def test_kafka_side_writer_fails_records_whose_reports_are_lost_and_waits_no_longer_than_asked():
+    """A producer dropped (fatal error) with reports that never come: its records get transient
+    failures then and there, so a flush is complete at once instead of spinning to its deadline
+    with records that can never settle; close() does not wait either."""
+    writer = KafkaSinkConnector.side_writer({"bootstrap.servers": "127.0.0.1:1"}, "lost")
+    writer._opened, writer._producer = True, _SilentProducer()
+    records = [ConnectRecord("t", None, b"v%d" % i, None, 0, {"partition": 0}, {"offset": i}, 0) for i in range(3)]
+    writer.send(records, time.monotonic() + 1)
+    writer._broken = True  # as a fatal delivery report or poll error marks it
+    t0 = time.monotonic()
+    assert writer.flush(t0 + 3) is True
+    assert time.monotonic() - t0 < 1
+    failed = writer.take_failures()
+    assert [r for r, _ in failed] == records and all(isinstance(e, RetriableError) for _, e in failed)
+    writer._producer = _SilentProducer()
+    writer.send(records, time.monotonic() + 1)
+    t0 = time.monotonic()
+    writer.close()
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_kafka_side_writer_holds_as_many_records_without_outcome_as_its_producer_queue():
+    """The Kafka writer's bound on records without an outcome is its producer's queue
+    (queue.buffering.max.messages, as the sink's), as the Pulsar and RocketMQ writers take their
+    sink's max.pending.messages: beyond it, a record waits for room until the deadline, then fails
+    as transient."""
+    writer = KafkaSinkConnector.side_writer({"bootstrap.servers": "127.0.0.1:1",
+                                             "producer.override.queue.buffering.max.messages": "2"}, "bounded")
+    writer._opened, writer._producer = True, _SilentProducer()
+    records = [ConnectRecord("t", None, b"v%d" % i, None, 0, {"partition": 0}, {"offset": i}, 0) for i in range(3)]
+    writer.send(records, time.monotonic() + 0.3)
+    [(record, error)] = writer.take_failures()
+    assert record is records[2] and isinstance(error, RetriableError)
+    writer._producer = None  # nothing to drop: the silent producer was never the pool's

@@ -32,8 +32,8 @@ def test_idle_clients_are_bounded_per_role_oldest_first():
     clients = [pool.acquire("admin", f"t{i}", conf) for i in range(4)]
     for i, c in enumerate(clients):
         pool.release("admin", f"t{i}", conf, c)
-    assert pool.idle_count("admin") == 2
     assert pool.acquire("admin", "t3", conf) is clients[3]
+    assert pool.acquire("admin", "t2", conf) is clients[2]
     assert pool.acquire("admin", "t0", conf) is not clients[0]  # evicted and closed
     pool.close_all()
 
@@ -52,15 +52,20 @@ def test_a_shared_pool_hands_one_client_to_every_user_and_closes_it_after_the_la
     assert other.closed == 1
 
 
-def test_an_exclusive_pool_closes_a_client_not_to_be_reused():
-    pool = ClientPool(_Client, max_idle=4)
-    client = pool.acquire("k")
-    pool.release("k", client, reuse=False)
-    assert client.closed == 1 and pool.idle_count() == 0
-    kept = pool.acquire("k")
-    pool.release("k", kept)
+def test_an_exclusive_pool_closes_a_released_client_beyond_max_idle():
+    pool = ClientPool(_Client, max_idle=1)
+    first, second = pool.acquire("k"), pool.acquire("k")
+    pool.release("k", first)
+    pool.release("k", second)
+    assert first.closed == 1 and second.closed == 0  # the least recently released goes
+    assert pool.acquire("k") is second
+    pool.release("k", second)
     pool.close_all()
-    assert kept.closed == 1
+    assert second.closed == 1
+    none_idle = ClientPool(_Client)
+    client = none_idle.acquire("k")
+    none_idle.release("k", client)
+    assert client.closed == 1 and none_idle.acquire("k") is not client
 
 
 def test_client_config_layers_overrides_by_role():

@@ -3,6 +3,8 @@ conservative translation and its thinning."""
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 
@@ -268,7 +270,7 @@ def _checkpoint_task(store_, positions):
     task.partition, task._emitted = {"checkpoint": "A->B"}, {}
     task.counts = {k: 0 for k in ("checkpoint.emitted", "checkpoint.applied", "checkpoint.parked",
                                   "checkpoint.targets.incomplete")}
-    task._untranslatable, task._last_untranslatable, task._reported = {}, {}, {}
+    task._untranslatable, task._last_untranslatable, task._reported, task._parked = {}, {}, {}, {}
     task.context = type("Ctx", (), {"task_id": "cp-0"})()
     return task
 
@@ -296,6 +298,25 @@ def test_a_target_partition_fed_by_two_source_partitions_moves_only_when_both_tr
     assert len({r.key for r in out}) == 2  # one key per source partition
 
 
+def test_a_parked_target_partition_is_parked_once_until_it_translates():
+    p0, p1 = {"topic": "orders", "broker": "a", "queue": 0}, {"topic": "orders", "broker": "b", "queue": 0}
+    s = store(sync(100, 500, sp=p0), sync(50, 300, sp=p1))  # both feed ("orders", 0)
+    behind = {partition_key(p0): (p0, 101), partition_key(p1): (p1, 10)}
+    task = _checkpoint_task(s, behind)
+    for _ in range(3):
+        task._checkpoint_group("g", ["orders"], 1, [])
+    assert task.downstream.applied == [{("orders", 0): Translation(None, True)}]  # parked once, not every round
+    assert task.counts["checkpoint.parked"] == 1
+    task.upstream = _Upstream({partition_key(p0): (p0, 101), partition_key(p1): (p1, 60)})
+    task._checkpoint_group("g", ["orders"], 1, [])  # translates: moved, and no longer remembered as parked
+    assert task.downstream.applied[-1] == {("orders", 0): Translation(300, False)}
+    task.upstream = _Upstream(behind)
+    task._checkpoint_group("g", ["orders"], 1, [])  # behind again: parked again
+    assert task.downstream.applied[-1] == {("orders", 0): Translation(None, True)} and len(task.downstream.applied) == 3
+    task._checkpoint_group("h", ["orders"], 1, [])  # another group is parked on its own
+    assert len(task.downstream.applied) == 4 and set(task._parked) == {"g", "h"}
+
+
 def test_an_untranslated_group_is_named_in_the_metrics_with_its_partition_and_why(caplog):
     s = store(sync(100, 500))
     other = {"topic": "orders", "partition": 1}  # a replicated topic's partition nothing was copied of yet
@@ -311,3 +332,24 @@ def test_an_untranslated_group_is_named_in_the_metrics_with_its_partition_and_wh
     assert len(warned) == 2 and "oldest known is at 100" in " ".join(warned)
     task._checkpoint_group("orders-app", ["orders"], 1, [])  # logged once per group, partition and reason
     assert len([r for r in caplog.records if "not translated" in r.getMessage()]) == 2
+
+
+class _MissingTopic:
+    """A TopicTail whose topic does not exist yet: every poll returns nothing at once."""
+
+    caught_up = False
+    polls = 0
+
+    def poll(self, until):
+        self.polls += 1
+        return []
+
+
+def test_the_checkpoint_task_does_not_spin_while_the_offset_syncs_topic_is_missing():
+    task = _checkpoint_task(store(), {})
+    task.reader, task._next_at = _MissingTopic(), 0.0
+    task.context.time_left = lambda: 10.0
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        assert task.poll() == []
+    assert task.reader.polls <= 15

@@ -8,10 +8,11 @@ from collections import defaultdict
 
 import pytest
 
-from connect.errors import ConnectError
+from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord, partition_key
+from connect.tasks.failures import DeadLetterQueue, FailedRecordHandler
 from connect.tasks.policy import RunnerPolicy
-from connect.tasks.results import FAILED, RUNNING
+from connect.tasks.results import FAILED, RUNNING, EpochStats
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySideWriter, MemorySinkConnector, MemorySinkTask, MemorySourceTask
 from worker.settings import FrameworkSettings
@@ -435,8 +436,10 @@ def test_failed_records_go_to_the_dead_letter_queue_with_headers(make_runner, si
     assert headers["__connect.errors.task.id"] == b"0"
     assert headers["__connect.errors.exception.class.name"] == b"RuntimeError"
     assert headers["__connect.errors.exception.message"] == b"memory sink rejected b'memory-1-3'"
-    assert len(built) == 1 and built[0].closed == 1  # the DLQ writer is closed at the end of the epoch
+    assert len(built) == 1 and built[0].closed == 0  # the DLQ writer is kept for the next epochs
     assert 3 not in by_partition(written(sink_name))[1]
+    runner.stop()
+    assert built[0].closed == 1  # and closed with the pair
 
 
 def test_dead_letter_headers_can_be_disabled(make_runner, sink_name, dlq):
@@ -448,6 +451,20 @@ def test_dead_letter_headers_can_be_disabled(make_runner, sink_name, dlq):
     assert result.state == RUNNING, result.trace
     [dead] = MemorySinkTask.written[dlq_name]
     assert list(dead.headers) == [("i", b"1")]
+
+
+def test_one_dead_letter_writer_serves_every_epoch_of_a_pair(make_runner, sink_name, dlq):
+    dlq_name, factory, built = dlq
+    runner = make_runner(source={"records": 10, "batch.size": 5}, sink={"reject.values": "^memory-0-[16]$"},
+                         dlq_factory=factory(), settings=make_settings(epoch_max_records=5, errors_retry_timeout=100))
+    for epoch in (1, 2):
+        result = runner.run_epoch(epoch)
+        assert result.state == RUNNING, result.trace
+        assert result.stats["dead_lettered"] == 1
+    assert [r.value for r in MemorySinkTask.written[dlq_name]] == [b"memory-0-1", b"memory-0-6"]
+    assert len(built) == 1 and built[0].closed == 0
+    runner.stop()
+    assert built[0].closed == 1
 
 
 def test_dead_letter_queue_rejecting_fails_the_task(make_runner, sink_name, dlq):
@@ -464,6 +481,39 @@ def test_dead_letter_queue_not_built_when_nothing_fails(make_runner, sink_name, 
     runner = make_runner(source={"records": 5}, dlq_factory=factory(), settings=make_settings(epoch_max_records=5))
     assert runner.run_epoch(1).state == RUNNING
     assert built == []
+
+
+class _FailsFirstSend(MemorySideWriter):
+    """A memory side writer whose first ``send`` raises (as a writer that cannot reach its
+    cluster yet may), then writes."""
+
+    def __init__(self, config, topic):
+        super().__init__(config, topic)
+        self.raised = 0
+
+    def send(self, records, deadline):
+        if not self.raised:
+            self.raised += 1
+            raise RetriableError("cluster unreachable")
+        super().send(records, deadline)
+
+
+def test_a_dead_letter_writer_that_raised_gets_the_letters_again(dlq):
+    """A send that raised took nothing: the retry writes every letter, and only then are the
+    records counted as dead-lettered."""
+    dlq_name, _, _ = dlq
+    writer = _FailsFirstSend({"name": dlq_name}, "dlq-topic")
+    stats = EpochStats()
+    handler = FailedRecordHandler(source=MemorySourceTask(), stats=stats, tolerance_all=False, log_errors=False,
+                                  dlq=DeadLetterQueue(lambda: writer), connector="unit", task="0", dlq_headers=False)
+    failures = [(ConnectRecord("memory", b"k", f"v{i}".encode(), None, 0, {"partition": 0}, {"offset": i}, 0),
+                 RuntimeError("refused")) for i in range(2)]
+    with pytest.raises(RetriableError):
+        handler.handle(failures)
+    assert stats.dead_lettered == 0
+    assert handler.handle(failures) == []
+    assert stats.dead_lettered == 2
+    assert [r.value for r in MemorySinkTask.written[dlq_name]] == [b"v0", b"v1"]
 
 
 # -- conversion ---------------------------------------------------------------------------------
