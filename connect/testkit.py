@@ -38,7 +38,7 @@ from connect.plugins import resolve_connector
 from connect.records import ConnectRecord
 from connect.settings import settings_def, settings_from
 from connect.sink import SinkTask
-from connect.sink.side import SideWriter, side_output_issues
+from connect.sink.side import SideWriter, side_output_config, side_output_issues
 from connect.source import SourceTask
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import EpochResult
@@ -213,8 +213,7 @@ def _dead_letter_writer(flat: Mapping[str, str], topic: str, capture: CaptureSid
     issues = side_output_issues(cls, {"errors.deadletterqueue.topic.name": topic})
     if issues:
         raise ConfigError(issues, source="run_pair")
-    base = {} if named or dead_letters != "sink" else {k: v for k, v in sink_cfg.items() if k != "connector.class"}
-    config = {**base, **dlq, "topic": topic, "topic.template": "{topic}"}
+    config = side_output_config(sink_cfg, dlq, topic, own_connector=bool(named) or dead_letters != "sink")
     return lambda: cls.side_writer(config, topic)
 
 

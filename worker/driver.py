@@ -29,6 +29,7 @@ import orjson
 
 from connect.connector import ConnectorContext
 from connect.errors import ConnectError
+from connect.sink.side import side_output_config
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from connect.tasks.stages import target_counts, target_routes
 from connect.transforms.topics import unknown_note
@@ -170,14 +171,14 @@ class PipelineRuntime:
         topic = self.settings.dlq_topic
         if not topic:
             return None
-        base = {} if self.pipeline.dlq_class is not None else sink_config  # dlq.connector.class: its own keys
-        return {**base, **self.pipeline.dlq_overrides, "topic": topic, "topic.template": "{topic}"}
+        return side_output_config(sink_config, self.pipeline.dlq_overrides, topic,
+                                  own_connector=self.pipeline.dlq_class is not None)
 
     def offset_syncs_config(self, sink_config: dict[str, Any]) -> dict[str, Any] | None:
         topic = self.settings.runner.offset_syncs_topic
         if not topic:
             return None
-        return {**sink_config, "topic": topic, "topic.template": "{topic}"}
+        return side_output_config(sink_config, {}, topic)
 
     def _due(self, task: TaskState, now: float) -> bool:
         if task.state == RUNNING:

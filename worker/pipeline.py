@@ -41,7 +41,7 @@ from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
 from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
 from connect.secrets import MASK, Redactor, is_secret_name
-from connect.sink.side import side_output_issues, writes_side_outputs
+from connect.sink.side import side_output_config, side_output_issues, writes_side_outputs
 from connect.tasks.stages import target_routes
 from connect.transforms.chain import TransformsConfig, is_transforms_key, parse_transforms
 from connect.transforms.chain import secret_keys as transforms_secret_keys
@@ -266,12 +266,12 @@ def _target_name_issues(source_cls: type[SourceConnector], source_cfg: Mapping[s
         side_output_issues(sink_cls, {"offset.syncs.topic": settings.runner.offset_syncs_topic})
     if side:
         return issues + side
-    for key, topic, writer_cls, base, what in (
-            ("errors.deadletterqueue.topic.name", settings.dlq_topic, dlq_cls or sink_cls,
-             dlq if dlq_cls else {**sink_own, **dlq}, "every dead-lettered record"),
-            ("offset.syncs.topic", settings.runner.offset_syncs_topic, sink_cls, sink_own, "every offset sync")):
+    for key, topic, writer_cls, overrides, what in (
+            ("errors.deadletterqueue.topic.name", settings.dlq_topic, dlq_cls or sink_cls, dlq,
+             "every dead-lettered record"),
+            ("offset.syncs.topic", settings.runner.offset_syncs_topic, sink_cls, {}, "every offset sync")):
         if topic:
-            fixed = {**base, "topic": topic, "topic.template": "{topic}"}
+            fixed = side_output_config(sink_own, overrides, topic, own_connector=writer_cls is dlq_cls)
             issues.extend(ConfigIssue(key, None, i.message.replace("every source topic maps", f"{what} goes", 1))
                           for i in writer_cls.validate(fixed) if i.key == "topic")
     return issues

@@ -41,13 +41,13 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord
 
 __all__ = ["SideWriter", "AsyncSideWriter", "QueuedSideWriter", "Failure", "writes_side_outputs", "side_output_issues",
-           "time_left"]
+           "side_output_config", "time_left"]
 
 Failure = tuple[ConnectRecord, BaseException]
 
@@ -234,3 +234,12 @@ def side_output_issues(sink_connector_class: type, topics: Mapping[str, str]) ->
             f"dead-letter or offset-syncs topic lives in a broker sink's cluster (kafka, pulsar, rocketmq), "
             f"written with that connector's own client and the dlq.* overrides; {instead}")))
     return issues
+
+
+def side_output_config(sink_config: Mapping[str, Any], overrides: Mapping[str, Any], topic: str, *,
+                       own_connector: bool = False) -> dict[str, Any]:
+    """The keys a side writer of ``topic`` gets: the sink's keys with ``overrides`` (``dlq.*``) on
+    top - or, when the ``dlq.*`` keys name a connector of their own (``dlq.connector.class``), those
+    alone - and every record going to ``topic`` itself."""
+    base = {} if own_connector else {k: v for k, v in sink_config.items() if k != "connector.class"}
+    return {**base, **overrides, "topic": topic, "topic.template": "{topic}"}
