@@ -35,9 +35,12 @@ state never overrides a real change elsewhere, and two unstamped versions conver
 smaller cluster name's. Limits: the stamp write-back races with an applier writing the same
 resource between the watcher's read and its write (the watcher reads again just before writing,
 which narrows the window to milliseconds); a local change made while the watcher is stopped is
-published with the stamp the resource already carries (it loses to any newer one); an applier
-updates a namespace with several requests (fields, then the stamp), and a watcher reading between
-them takes the change for a local one. A stock
+published with the stamp the resource already carries (it loses to any newer one). An applier
+updates a namespace with several requests (a ``lastUpdatedPending`` marker, the fields, the stamp,
+then the marker removed); the watcher leaves a namespace carrying a fresh marker as it last read it,
+so a half-applied event is never taken for a local change (two appliers of one cluster writing the
+same namespace at once, or one that died mid-way and whose event never comes again, fall back to
+that: the marker is ignored after 30 s). A stock
 Pulsar drops unknown TenantInfo fields, so tenant stamps need a Pulsar that stores them.
 
 **Applier.** A synchronous sink. Per event: bad JSON or fields are reported (never dropped) with
@@ -90,6 +93,12 @@ __all__ = ["PulsarAdmin", "AdminError", "PulsarMetadataSourceConnector", "Pulsar
 log = logging.getLogger(__name__)
 
 BY, TIME = "lastUpdatedBy", "lastUpdatedTime"
+#: A namespace property an applier holds while it writes a namespace with several requests (its
+#: value the wall-clock ms it started): the watcher of the cluster leaves such a namespace as it last
+#: read it until the marker is gone, so a half-applied event is never taken for a local change. A
+#: marker older than PENDING_MAX_MS (an applier that died mid-way) is ignored.
+PENDING = "lastUpdatedPending"
+PENDING_MAX_MS = 30_000
 NAMESPACE_FIELDS = ("retention_policies", "message_ttl_in_seconds", "properties")
 BROKERS = ("kafka", "pulsar", "rocketmq")
 
@@ -307,9 +316,19 @@ def strip_stamp(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc`` without its stamp fields (at the top and in ``properties``)."""
     out = {k: v for k, v in doc.items() if k not in (BY, TIME)}
     props = out.get("properties")
-    if isinstance(props, dict) and (BY in props or TIME in props):
-        out["properties"] = {k: v for k, v in props.items() if k not in (BY, TIME)}
+    if isinstance(props, dict) and (BY in props or TIME in props or PENDING in props):
+        out["properties"] = {k: v for k, v in props.items() if k not in (BY, TIME, PENDING)}
     return out
+
+
+def applying(policies: Mapping[str, Any] | None, now_ms: int | None = None) -> bool:
+    """Whether an applier of this cluster is writing this namespace right now (a fresh :data:`PENDING`)."""
+    props = (policies or {}).get("properties")
+    started = props.get(PENDING) if isinstance(props, dict) else None
+    if not isinstance(started, str) or not started.isdigit():
+        return False
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return now_ms - int(started) < PENDING_MAX_MS
 
 
 def namespace_data(policies: Mapping[str, Any]) -> dict[str, Any]:
@@ -402,7 +421,7 @@ class PulsarMetadataSourceTask(SourceTask):
         self._next_poll = time.monotonic()
         self._next_snapshot = 0.0
         self.counts = {"metadata.resources": 0, "metadata.events": 0, "metadata.snapshots": 0,
-                       "metadata.stamps.written": 0}
+                       "metadata.stamps.written": 0, "metadata.pending.skipped": 0}
 
     def _read(self) -> tuple[dict[Key, dict], dict[Key, Stamp | None]]:
         data: dict[Key, dict] = {}
@@ -416,6 +435,12 @@ class PulsarMetadataSourceTask(SourceTask):
             data[("Tenants", tenant)], carried[("Tenants", tenant)] = strip_stamp(info), stamp_of(info)
             for ns in sorted(self.admin.namespaces(tenant)):
                 policies = self.admin.policies(ns)
+                key = ("Namespaces", ns)
+                if applying(policies):  # half-applied: as last read until the applier is done
+                    self.counts["metadata.pending.skipped"] += 1
+                    if self._data is not None and key in self._data:
+                        data[key], carried[key] = self._data[key], self._carried.get(key)
+                    continue
                 if policies is not None:
                     data[("Namespaces", ns)], carried[("Namespaces", ns)] = namespace_data(policies), stamp_of(policies)
         return data, carried
@@ -629,10 +654,11 @@ class PulsarMetadataSinkTask(SinkTask):
         key = (ev.resource, ev.resource_name)
         current = self.admin.tenant(ev.resource_name) if ev.resource == "Tenants" else self.admin.policies(ev.resource_name)
         held = stamp_of(current) if current is not None else self._deletions.get(key)
-        if held == ev.stamp:
+        unfinished = held == ev.stamp and applying(current)  # its marker left: applied half-way, finish it
+        if held == ev.stamp and not unfinished:
             self.counts["metadata.duplicate"] += 1
             return
-        if not newer(ev.stamp, held):
+        if not unfinished and not newer(ev.stamp, held):
             self.counts["metadata.stale"] += 1
             return
         if ev.type == "Deleted":
@@ -692,6 +718,8 @@ class PulsarMetadataSinkTask(SinkTask):
                     raise
             current = self.admin.policies(ns) or {}  # created meanwhile: update it
         have = strip_stamp(current)
+        # Several requests follow: the marker keeps this cluster's watcher from reading them half done.
+        self.admin.set_properties(ns, {PENDING: str(int(time.time() * 1000))})
         if "retention_policies" in data and data["retention_policies"] != have.get("retention_policies"):
             self.admin.set_retention(ns, data["retention_policies"])
         if "message_ttl_in_seconds" in data and data["message_ttl_in_seconds"] != have.get("message_ttl_in_seconds"):
@@ -703,6 +731,7 @@ class PulsarMetadataSinkTask(SinkTask):
                 self.admin.remove_property(ns, gone)
             wanted = {**props, **stamp}
         self.admin.set_properties(ns, wanted)  # the stamp last: a failure before it makes the event apply again
+        self.admin.remove_property(ns, PENDING)
 
     def _count_ignored(self, ns: str, data: Mapping[str, Any], current: Mapping[str, Any]) -> None:
         for field, value in data.items():

@@ -480,3 +480,56 @@ def test_a_namespace_whose_tenant_is_not_there_yet_waits_for_the_next_snapshot(a
         assert admin.namespaces["acme/orders"]["retention_policies"]["retentionTimeInMinutes"] == 60
     finally:
         task.stop()
+
+
+def test_a_watcher_reading_between_the_appliers_requests_never_takes_the_event_for_a_local_change(admins):
+    """The applier writes a namespace in several requests; the watcher of the same cluster reads after
+    every one of them (the race a worker hits when both run): the change is published with the
+    remote stamp and never re-stamped as local."""
+    a = admins()
+    with_ns(a, stamp=(100, "A"), retention_policies={"retentionTimeInMinutes": 1, "retentionSizeInMB": 1})
+    a.tenants["acme"]["lastUpdatedBy"], a.tenants["acme"]["lastUpdatedTime"] = "A", 100
+    watch, apply = source(a, **{"snapshot.interval.ms": "0"}), sink(a, cluster="A")
+    read(watch)
+    seen: list = []
+    original = apply.admin.request
+
+    def request_then_read(method, path, body=None, **kw):
+        out = original(method, path, body, **kw)
+        if method != "GET":
+            seen.extend(events(read(watch)))
+        return out
+
+    apply.admin.request = request_then_read
+    assert put(apply, ev("Modified", "Namespaces", "acme/orders", {"retention_policies": RETENTION,
+                                                                   "message_ttl_in_seconds": 45}, "B", 200)) == []
+    assert seen == [("Modified", "Namespaces", "acme/orders", (200, "B"))]  # once, with B's stamp
+    held = a.namespaces["acme/orders"]
+    assert stamp_of(held) == (200, "B") and "lastUpdatedPending" not in held["properties"]
+    assert held["retention_policies"] == RETENTION and held["message_ttl_in_seconds"] == 45
+    assert watch.metrics()["metadata.pending.skipped"] >= 2 and watch.metrics()["metadata.stamps.written"] == 0
+
+
+def test_an_apply_that_failed_half_way_is_finished_when_the_event_comes_again(admins):
+    b = admins()
+    with_ns(b, stamp=(100, "B"), retention_policies={"retentionTimeInMinutes": 1, "retentionSizeInMB": 1})
+    task = sink(b)
+    event = ev("Modified", "Namespaces", "acme/orders", {"retention_policies": RETENTION, "message_ttl_in_seconds": 45},
+               "A", 200)
+    original, failed = task.admin.request, []
+
+    def fail_the_marker_removal(method, path, body=None, **kw):
+        if method == "DELETE" and path.endswith("/property/lastUpdatedPending") and not failed:
+            failed.append(path)
+            raise RetriableError("injected: connection reset")
+        return original(method, path, body, **kw)
+
+    task.admin.request = fail_the_marker_removal
+    [(_, error)] = put(task, event)
+    assert isinstance(error, RetriableError)
+    assert stamp_of(b.namespaces["acme/orders"]) == (200, "A")  # stamped, but the marker is still there
+    assert put(task, event) == []  # not taken for a duplicate: finished
+    assert "lastUpdatedPending" not in b.namespaces["acme/orders"]["properties"]
+    assert task.metrics()["metadata.applied"] == 1 and task.metrics()["metadata.duplicate"] == 0
+    assert put(task, event) == [] and task.metrics()["metadata.duplicate"] == 1
+    assert strip_stamp({"properties": {"lastUpdatedPending": "1", "x": "y"}}) == {"properties": {"x": "y"}}
