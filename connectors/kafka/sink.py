@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 
+from connect.batch import NativeBatch
 from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
 from connect.errors import ConnectError, DeliveryError, RetriableError, RetriesExhaustedError
@@ -40,6 +41,8 @@ from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.kafka.clients import POOL, client_config
+from connectors.kafka.delivery import DeliverySlots
+from connectors.kafka.native import KIND
 from connectors.kafka.topics import TargetTopics
 
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
@@ -271,6 +274,91 @@ class KafkaSinkTask(SinkTask):
             self._warned_small.add(topic)
             log.warning("target topic %s has %d partition(s), fewer than the source; "
                         "records beyond them are partitioned by key", topic, count)
+
+    # -- native batches (``connectors.kafka.native``): produce straight from consumed messages ----
+    native_kinds = frozenset({KIND})
+    _slots: DeliverySlots | None = None
+
+    def put_native(self, batch: NativeBatch) -> None:
+        """``put`` for a batch of consumed Kafka messages: value, key, headers (or the overlay a
+        header-only stage set), timestamp and partition hint as ``put`` takes them from records;
+        each report bound to its own message by a delivery slot (``connectors.kafka.delivery``);
+        a record is built only for a message that fails or is not sent."""
+        if self._fatal is not None:
+            self._replace_producer()
+        produce = self._producer.produce
+        slots = self._slots or self._new_slots()
+        take = slots.take
+        targets = self._targets
+        preserve = self._cfg["partition.preserve"]
+        gen = self._gen
+        items, names, heads = batch.items, batch.topics, batch.headers
+        target = None
+        if names is None and batch.topic is not None:  # one topic: routed once
+            try:
+                target = targets.get(batch.topic) or self._native_target(batch.topic, batch)
+            except RetriableError as exc:
+                self._report_transient(batch.records(), exc)
+                return
+        sent = 0
+        try:
+            for i, m in enumerate(items):
+                if names is None and batch.topic is not None:
+                    topic, count = target
+                else:
+                    name = names[i] if names is not None else m.topic()
+                    try:
+                        topic, count = targets.get(name) or self._native_target(name, batch)
+                    except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
+                        self._report_transient(batch.records(i), exc)
+                        break
+                part = m.partition() if preserve else -1
+                if part >= count:
+                    self._warn_fewer_partitions(topic, count)
+                    part = -1
+                slot = take()
+                slot.batch = batch
+                slot.i = i
+                slot.gen = gen
+                headers = heads[i] if heads is not None else m.headers()
+                try:
+                    produce(topic, m.value(), m.key(), partition=part, on_delivery=slot.report,
+                            timestamp=m.timestamp()[1], headers=headers)
+                    sent += 1
+                except BufferError:  # queue full: wait for room until the epoch's time is up
+                    slots.give_back(slot)
+                    if not self._produce_when_room(topic, batch.record(i), part, headers, gen):
+                        self._report_transient(batch.records(i), RetriableError(
+                            f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                            f"{len(items) - i} record(s) not sent yet"))
+                        break
+                    sent += 1
+                except (KafkaException, TypeError, ValueError) as exc:
+                    slots.give_back(slot)
+                    sent += self._produce_odd(topic, batch.record(i), part, headers, exc, gen)
+        finally:
+            gen.left += sent
+        self._producer.poll(0)
+
+    def _new_slots(self) -> DeliverySlots:
+        self._slots = DeliverySlots(self._on_native_outcome, follow_successes=self._positions is not None)
+        return self._slots
+
+    def _on_native_outcome(self, batch: NativeBatch, i: int, err: KafkaError | None, msg) -> None:
+        """A failed delivery (or a success that offset syncs follow) of message ``i`` of ``batch``."""
+        record = batch.record(i)
+        if err is not None:
+            self._report_delivery(record, err, msg)
+        elif self._positions is not None:
+            self._positions.ack(record, msg.topic(), msg.partition(), msg.offset())
+
+    def _native_target(self, source_topic: str, batch: NativeBatch) -> tuple[str, int]:
+        """(target topic, its partition count) of ``source_topic``, created if needed (``_target``)."""
+        topic = self._route(source_topic)
+        items = batch.items
+        seen = max((m.partition() for i, m in enumerate(items) if batch.topic_of(i) == source_topic), default=0) + 1
+        target = self._targets[source_topic] = (topic, self._topics.ensure(topic, seen))
+        return target
 
     def checkpoint(self):
         gen, self._gen = self._gen, Outstanding()
