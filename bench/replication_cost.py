@@ -9,7 +9,9 @@ Two parts, both in one process:
   group's topology, dropped or forwarded by its origin);
 - wire: one epoch through the Spark driver against two embedded tansu brokers (as
   ``bench/kafka_mirror.py``), timed to the committed offsets, and the raw confluent-kafka
-  consume -> produce loop moving the same records, each printed as a ratio to the raw loop.
+  consume -> produce loop moving the same records, each printed as a ratio to the raw loop; and
+  the CPU per record of this process tree in the same spans (``bench_util.tree_cpu``): the flow
+  of records carrying a two-hop chain with replication on against the same records with it off.
 
 Usage: python bench/replication_cost.py [--records 100000] [--rounds 2] [--value-size 100]
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_util import bench_args, fill_kafka, timed_epoch  # noqa: E402
-from kafka_mirror import PARTITIONS, raw_loop  # noqa: E402
+from kafka_mirror import PARTITIONS, raw_cpu  # noqa: E402
 
 from connect.records import make_record  # noqa: E402
 from connect.tasks.replication import DEFAULT_ORIGIN_PROPERTY, replication_stages  # noqa: E402
@@ -68,13 +70,14 @@ def stage_cost(records: int) -> dict[str, float]:
     return out
 
 
-def flow(spark, src: str, dst: str, topic: str, target: str, records: int, replication: bool) -> float:
+def flow(spark, src: str, dst: str, topic: str, target: str, records: int, replication: bool,
+         cpu: list[float]) -> float:
     config = {"source.connector.class": "kafka", "source.bootstrap.servers": src, "source.topics": topic,
               "source.refresh.topics.interval.ms": "0",
               "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target}
     if replication:
         config.update({"source.cluster.alias": "A", "sink.cluster.alias": "B"})
-    return timed_epoch(spark, f"bench-{target}", config, records, 1)
+    return timed_epoch(spark, f"bench-{target}", config, records, 1, cpu)
 
 
 def main() -> None:
@@ -92,13 +95,17 @@ def main() -> None:
         fill_kafka(a.bootstrap, "twohop", records, args.value_size, PARTITIONS, headers=TWO_HOPS)
         spark = build_spark("local[2]", {"spark.ui.enabled": "false"}, app_name="bench")
         spark.sparkContext.parallelize(range(2), 2).map(lambda x: x).collect()  # start Python workers
-        times: dict[str, list[float]] = {"raw": [], "off": [], "on": [], "two-hop": []}
+        cases = {"off": ("plain", False), "on": ("plain", True), "two-hop off": ("twohop", False),
+                 "two-hop": ("twohop", True)}
+        times: dict[str, list[float]] = {"raw": [], **{k: [] for k in cases}}
+        cpu: dict[str, list[float]] = {k: [] for k in times}
         for rnd in range(args.rounds):
-            times["raw"].append(raw_loop(a.bootstrap, b.bootstrap, "plain", f"raw-{rnd}", records))
-            times["off"].append(flow(spark, a.bootstrap, b.bootstrap, "plain", f"off-{rnd}", records, False))
-            times["on"].append(flow(spark, a.bootstrap, b.bootstrap, "plain", f"on-{rnd}", records, True))
-            times["two-hop"].append(flow(spark, a.bootstrap, b.bootstrap, "twohop", f"hop-{rnd}", records, True))
-            print(f"round {rnd + 1}: " + "  ".join(f"{k} {records / v[-1]:,.0f} msg/s" for k, v in times.items()),
+            times["raw"].append(raw_cpu(a.bootstrap, b.bootstrap, "plain", f"raw-{rnd}", records, cpu["raw"]))
+            for name, (topic, replication) in cases.items():
+                times[name].append(flow(spark, a.bootstrap, b.bootstrap, topic, f"{name.replace(' ', '-')}-{rnd}",
+                                        records, replication, cpu[name]))
+            print(f"round {rnd + 1}: " + "  ".join(f"{k} {records / v[-1]:,.0f} msg/s" for k, v in times.items())
+                  + "  | CPU us/record " + " ".join(f"{k} {v[-1] / records * 1e6:.2f}" for k, v in cpu.items()),
                   flush=True)
         spark.stop()
 
@@ -109,6 +116,10 @@ def main() -> None:
         paired = statistics.median(r / x for r, x in zip(times["raw"], times[name], strict=True))
         print(f"{name:<28} {rate[name]:>10,.0f} msg/s   / raw {rate[name] / rate['raw']:.2f} of medians, "
               f"{paired:.2f} median of rounds   / off {rate[name] / rate['off']:.2f}")
+    us = {k: statistics.median(v) / records * 1e6 for k, v in cpu.items()}
+    print("CPU per record (median of rounds, this process tree): "
+          + ", ".join(f"{k} {v:.2f} us" for k, v in us.items()))
+    print(f"CPU two-hop chain, replication on / off   {us['two-hop'] / us['two-hop off']:.2f}   (target <= 1.10)")
 
 
 if __name__ == "__main__":
