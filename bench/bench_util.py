@@ -15,32 +15,35 @@ from worker.store import OffsetStore
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: str) -> list[str] | None:
+BROKERS = frozenset({"tansu", "pulsar-lite"})  # process names of the embedded brokers
+
+
+def _stat(pid: str) -> tuple[str, list[str]] | None:
+    """(process name, the fields after it) of ``/proc/<pid>/stat``; None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode()
+            text = f.read().decode(errors="replace")
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()  # fields from the state on (the name may hold spaces)
+    return text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) used so far by ``root`` and every descendant in its session: a
-    mirror's whole process tree (its Spark JVM and Python workers included), not the brokers a
-    benchmark started in sessions of their own. Processes that ended are not counted: take both
-    readings while the tree runs."""
+def tree_cpu(root: int, skip: frozenset[str] = BROKERS) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and all its descendants - a mirror's
+    whole process tree: its Spark JVM (a session of its own) and the JVM's Python workers
+    included - except processes named in ``skip`` and theirs (the embedded brokers a benchmark
+    process started). Processes that ended are not counted: take both readings while it runs."""
     stats = {pid: st for pid in os.listdir("/proc") if pid.isdigit() and (st := _stat(pid)) is not None}
     children: dict[str, list[str]] = {}
-    for pid, st in stats.items():
-        children.setdefault(st[1], []).append(pid)  # st[1]: ppid, st[3]: session
-    session = stats.get(str(root), [None] * 4)[3]
+    for pid, (_, fields) in stats.items():
+        children.setdefault(fields[1], []).append(pid)  # fields[1]: the parent's pid
     total, todo = 0, [str(root)]
     while todo:
         pid = todo.pop()
         st = stats.get(pid)
-        if st is None or st[3] != session:
+        if st is None or st[0] in skip:
             continue
-        total += int(st[11]) + int(st[12])  # utime, stime
+        total += int(st[1][11]) + int(st[1][12])  # utime, stime
         todo.extend(children.get(pid, ()))
     return total / _TICK
 

@@ -93,7 +93,8 @@ class FusedReplication:
                 where = [i for i, x in enumerate(topics) if x == t]
                 for i, out in zip(where, self._outcomes(t, [headers[i] for i in where]), strict=True):
                     heads[i] = out
-            names = [self.naming.target_topic(t) for t in topics]
+            named = {t: self.naming.target_topic(t) for t in set(topics)}
+            names = list(map(named.__getitem__, topics))
             topic = None
         n = len(items)
         if None in heads:  # some dropped: keep the others, in order

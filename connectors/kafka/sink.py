@@ -288,13 +288,14 @@ class KafkaSinkTask(SinkTask):
             self._replace_producer()
         produce = self._producer.produce
         slots = self._slots or self._new_slots()
-        take = slots.take
+        free, take = slots.free, slots.take
         targets = self._targets
         preserve = self._cfg["partition.preserve"]
         gen = self._gen
         items, names, heads = batch.items, batch.topics, batch.headers
         target = None
-        if names is None and batch.topic is not None:  # one topic: routed once
+        fixed = names is None and batch.topic is not None
+        if fixed:  # one topic: routed once
             try:
                 target = targets.get(batch.topic) or self._native_target(batch.topic, batch)
             except RetriableError as exc:
@@ -303,7 +304,7 @@ class KafkaSinkTask(SinkTask):
         sent = 0
         try:
             for i, m in enumerate(items):
-                if names is None and batch.topic is not None:
+                if fixed:
                     topic, count = target
                 else:
                     name = names[i] if names is not None else m.topic()
@@ -316,7 +317,10 @@ class KafkaSinkTask(SinkTask):
                 if part >= count:
                     self._warn_fewer_partitions(topic, count)
                     part = -1
-                slot = take()
+                try:
+                    slot = free.pop()
+                except IndexError:
+                    slot = take()
                 slot.batch = batch
                 slot.i = i
                 slot.gen = gen
