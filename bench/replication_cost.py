@@ -6,7 +6,8 @@ Two parts, both in one process:
 
 - stages: the replication stages alone on in-memory batches (no broker), nanoseconds per record:
   off (no stage), on (born here), two-hop, and a full mesh's one-path stage (a record of the
-  group's topology, dropped or forwarded by its origin);
+  group's topology, dropped or forwarded by its origin); on records (the record path) and as the
+  fused step on native batches of confluent-kafka messages (the native path);
 - wire: one epoch through the Spark driver against two embedded tansu brokers (as
   ``bench/kafka_mirror.py``), timed to the committed offsets, and the raw confluent-kafka
   consume -> produce loop moving the same records, each printed as a ratio to the raw loop; and
@@ -27,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_util import bench_args, fill_kafka, timed_epoch  # noqa: E402
+from confluent_kafka import Message  # noqa: E402
 from kafka_mirror import PARTITIONS, raw_cpu  # noqa: E402
 
 from connect.records import make_record  # noqa: E402
@@ -44,6 +46,51 @@ def _records(n: int, headers) -> list:
     sp = [{"topic": "t", "partition": p} for p in range(PARTITIONS)]
     return [make_record("t", str(i).encode(), b"v" * 100, list(headers), 1, sp[i % PARTITIONS], {"offset": i},
                         i % PARTITIONS) for i in range(n)]
+
+
+def _native(n: int, headers):
+    """A native batch of ``n`` confluent-kafka messages of one topic (what the Kafka source polls)."""
+    from connect.batch import NativeBatch
+    from connectors.kafka.native import KIND, KafkaCodec
+
+    messages = []
+    for i in range(n):
+        m = Message()
+        m.set_topic("t")
+        m.set_key(str(i).encode())
+        m.set_value(b"v" * 100)
+        m.set_headers(list(headers))
+        messages.append(m)
+    sps = {"t": {p: {"topic": "t", "partition": p} for p in range(PARTITIONS)}}
+    return NativeBatch(KIND, messages, KafkaCodec(sps), {}, "t")
+
+
+def native_stage_cost(records: int) -> dict[str, float]:
+    """ns per record of the fused replication step on native batches (``connect.tasks.fused``), best of 3;
+    {} before the native path existed."""
+    try:
+        from connect.tasks.fused import FusedReplication
+    except ImportError:
+        return {}
+    mesh = Topology(Flow(s, t, frozenset({"t"})) for s, t in permutations("ABX", 2))
+    cases = {
+        "on": (FusedReplication("A", "B", prop=DEFAULT_ORIGIN_PROPERTY), [("i", b"1")]),
+        "two-hop": (FusedReplication("A", "B", prop=DEFAULT_ORIGIN_PROPERTY), TWO_HOPS),
+        "mesh, forwarded": (FusedReplication("A", "B", prop=DEFAULT_ORIGIN_PROPERTY, topology=mesh), [("i", b"1")]),
+        "mesh, dropped": (FusedReplication("A", "B", prop=DEFAULT_ORIGIN_PROPERTY, topology=mesh),
+                          [("i", b"1"), (DEFAULT_ORIGIN_PROPERTY, b"X")]),
+    }
+    out = {}
+    for name, (fused, headers) in cases.items():
+        batches = [_native(BATCH, headers) for _ in range(max(records // BATCH, 1))]
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for batch in batches:
+                fused.apply(batch)
+            best = min(best, time.perf_counter() - t0)
+        out[name] = best / (len(batches) * BATCH) * 1e9
+    return out
 
 
 def stage_cost(records: int) -> dict[str, float]:
@@ -88,6 +135,9 @@ def main() -> None:
     cost = stage_cost(records)
     for name, ns in cost.items():
         print(f"  {name:<16} {ns:>8.0f} ns" + (f"   (+{ns - cost['off']:.0f} ns over off)" if name != "off" else ""))
+    print("the same on native batches (the fused step of the native path), ns per record (best of 3):", flush=True)
+    for name, ns in native_stage_cost(records).items():
+        print(f"  {name:<16} {ns:>8.0f} ns")
 
     with EmbeddedKafka() as a, EmbeddedKafka() as b:
         print(f"producing 2 x {records:,} records ({args.value_size} B values, {PARTITIONS} partitions)...", flush=True)
