@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import attrs
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_util import consume_all, create_topic
 
@@ -42,12 +43,14 @@ def _rows(n: int, parts: int, big: set[int] = frozenset()) -> list[tuple]:
     return rows
 
 
-def _pair(src: str, dst: str, topic: str, parts: int, policy: RunnerPolicy, sink_extra: dict, dlq: str | None = None):
-    source_config = {"bootstrap.servers": src, "topics": topic, "refresh.topics.interval.ms": "0",
-                     "task.assignment": ",".join(f"{topic}:{p}" for p in range(parts))}
+def _pair(src: str, dst: str, topic: str | list[str], parts: int, policy: RunnerPolicy, sink_extra: dict,
+          dlq: str | None = None):
+    topics = [topic] if isinstance(topic, str) else topic
+    source_config = {"bootstrap.servers": src, "topics": ",".join(topics), "refresh.topics.interval.ms": "0",
+                     "task.assignment": ",".join(f"{t}:{p}" for t in topics for p in range(parts))}
     sink_config = {"bootstrap.servers": dst, **sink_extra}
     factory = (lambda: KafkaSinkConnector.side_writer({"bootstrap.servers": dst}, dlq)) if dlq else None
-    return TaskPairRunner(connector=f"native-{topic}", task_id=0, source=KafkaSourceTask(), sink=KafkaSinkTask(),
+    return TaskPairRunner(connector=f"native-{topics[0]}", task_id=0, source=KafkaSourceTask(), sink=KafkaSinkTask(),
                           source_config=source_config, sink_config=sink_config, policy=policy, offsets={},
                           dlq_factory=factory)
 
@@ -127,33 +130,40 @@ def test_a_native_pair_sends_one_bad_record_alone_to_the_dead_letter_topic_with_
     assert len(delivered) == n - 1 and b"k1501" not in {m.key() for m in delivered}
 
 
-def test_the_native_path_writes_what_the_record_path_writes(kafka_pair, unique):
-    """Same input (tombstones, null keys, no/some/null-valued headers, timestamps, two partitions),
-    a replication flow (origin chain, prefix naming): the same target records, in the same order."""
+@pytest.mark.parametrize("topics", [1, 2])
+def test_the_native_path_writes_what_the_record_path_writes(kafka_pair, unique, topics):
+    """Same input (tombstones, null keys, no/some/null-valued headers, timestamps, two partitions;
+    one source topic, or two read by one task), a replication flow (origin chain, prefix naming):
+    the same target records, in the same order."""
     src, dst = kafka_pair
-    topic, parts, n = f"nateq-{unique}", 2, 2000
-    create_topic(src.bootstrap, topic, parts)
+    names, parts, n = [f"nateq{t}-{unique}" for t in range(topics)], 2, 2000
     rows = _rows(n, parts)
     rows[10] = (0, b"k10", b"v", [("ROCKETMQ_REPLICATOR_SOURCE", b"X,Y"), ("z", b"1")], 1_700_000_000_010)
     rows[12] = (0, b"k12", b"v", [("ROCKETMQ_REPLICATOR_SOURCE", b"X,B")], 1_700_000_000_012)  # came from B: dropped
-    _fill(src.bootstrap, topic, rows)
+    for name in names:
+        create_topic(src.bootstrap, name, parts)
+        _fill(src.bootstrap, name, rows)
     policy = attrs.evolve(_policy(topic_policy="prefix"), source_alias="A", target_alias="B")
     out = {}
     for native in (True, False):
-        create_topic(dst.bootstrap, f"A.{topic}-{'native' if native else 'records'}", parts)
-        runner = _pair(src.bootstrap, dst.bootstrap, topic, parts, attrs.evolve(policy, native_batches=native),
-                       {"topic.template": "{topic}-" + ("native" if native else "records")})
+        suffix = "native" if native else "records"
+        for name in names:
+            create_topic(dst.bootstrap, f"A.{name}-{suffix}", parts)
+        runner = _pair(src.bootstrap, dst.bootstrap, names, parts, attrs.evolve(policy, native_batches=native),
+                       {"topic.template": "{topic}-" + suffix})
         try:
             assert runner.source.context.native_batches is native
-            _, moved = _run(runner, n - 1)
+            _, moved = _run(runner, (n - 1) * topics)
         finally:
             runner.stop()
-        assert moved == n - 1  # one came from the target
-        got = consume_all(dst.bootstrap, f"A.{topic}-{'native' if native else 'records'}", range(parts), n - 1)
-        out[native] = sorted(((m.partition(), m.offset()), (m.key(), m.value(), m.headers(), m.timestamp()))
-                             for m in got)
-    assert len(out[True]) == n - 1
+        assert moved == (n - 1) * topics  # one of each topic came from the target
+        out[native] = {}
+        for name in names:
+            got = consume_all(dst.bootstrap, f"A.{name}-{suffix}", range(parts), n - 1)
+            out[native][name] = sorted(((m.partition(), m.offset()), (m.key(), m.value(), m.headers(), m.timestamp()))
+                                       for m in got)
+            assert len(out[native][name]) == n - 1
     assert out[True] == out[False]
-    by_key = {v[0]: v for _, v in out[True]}
+    by_key = {v[0]: v for _, v in out[True][names[0]]}
     assert by_key[b"k10"][2] == [("z", b"1"), ("ROCKETMQ_REPLICATOR_SOURCE", b"X,Y,A")]
     assert b"k12" not in by_key

@@ -183,3 +183,25 @@ def test_fused_replication_decides_as_the_record_stages(policy, max_hops, topolo
         assert out.records() == expected
         assert [out.topic_of(i) for i in range(len(out))] == [r.topic for r in expected]
         assert [out.headers_of(i) for i in range(len(out))] == [r.headers for r in expected]
+
+
+# -- delivery slots (``connectors.kafka.delivery``) ------------------------------------------------
+def test_delivery_slots_are_reused_once_reported_and_never_shared():
+    from connectors.kafka.delivery import DeliverySlots
+
+    class Gen:
+        left = 0
+
+    failures = []
+    slots = DeliverySlots(lambda batch, i, err, msg: failures.append((batch, i, err)))
+    gen = Gen()
+    taken = [slots.take() for _ in range(3)]
+    assert len({id(s) for s in taken}) == 3  # in flight together: one slot each
+    for i, slot in enumerate(taken):
+        slot.batch, slot.i, slot.gen = "batch", i, gen
+        gen.left += 1
+    taken[1].report("too large", None)
+    taken[0].report(None, None)
+    assert failures == [("batch", 1, "too large")] and gen.left == 1
+    assert slots.take() is taken[0] and slots.take() is taken[1]  # back in the pool once reported
+    assert slots.take() not in taken  # taken[2] has not reported: a new slot
