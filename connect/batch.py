@@ -13,7 +13,8 @@ What the runner needs per batch comes from the source, cheaply:
 
 - ``last``: ``id(source_partition) -> ConnectRecord`` of the last message of each source
   partition in the batch (a record built for those few only): offsets per batch, not per record;
-- ``payload_bytes()``, ``timestamps()``: the byte count and the first and last timestamps.
+- ``payload_bytes()``: the byte count (the first and last timestamps come from the records of
+  ``batch[0]`` and ``batch[-1]``, built for those two).
 
 Header-only stages (the replication stages) leave the messages alone and set per-message
 *overlays*: ``headers[i]`` and ``topics[i]`` (the target name the sink routes by). A record is
@@ -34,7 +35,7 @@ __all__ = ["NativeBatch", "NativeCodec", "native_allowed"]
 
 class NativeCodec:
     """What a source knows about its client's messages: how to build the record of one, its
-    topic and headers, and the byte count and timestamps of a list of them. ``topic_getter`` and
+    topic and headers, and the byte count of a list of them. ``topic_getter`` and
     ``header_getter``: ``topic`` and ``headers`` as plain callables (e.g. the client's own
     methods), for passes over a whole batch."""
 
@@ -51,9 +52,6 @@ class NativeCodec:
         raise NotImplementedError
 
     def payload_bytes(self, messages: list) -> int:
-        raise NotImplementedError
-
-    def timestamps(self, messages: list) -> tuple[int | None, int | None]:
         raise NotImplementedError
 
 
@@ -101,6 +99,10 @@ class NativeBatch:
                            list(headers) if headers is not None else None, r.timestamp, r.source_partition,
                            r.source_offset, r.partition, r.value_schema)
 
+    def __getitem__(self, i: int) -> ConnectRecord:
+        """The record of message ``i`` (negative: from the end), built now."""
+        return self.record(i if i >= 0 else len(self.items) + i)
+
     def records(self, start: int = 0) -> list[ConnectRecord]:
         """The records of messages ``start``..., in order."""
         return [self.record(i) for i in range(start, len(self.items))]
@@ -110,10 +112,6 @@ class NativeBatch:
 
     def payload_bytes(self) -> int:
         return self.codec.payload_bytes(self.items)
-
-    def timestamps(self) -> tuple[int | None, int | None]:
-        """Timestamps of the first and the last message."""
-        return self.codec.timestamps(self.items)
 
 
 def native_allowed(source: Any, sink: Any, chain_native: Callable | None | bool, wanted: bool,

@@ -52,9 +52,6 @@ class MemoryCodec(NativeCodec):
     def payload_bytes(self, messages: list) -> int:
         return sum(len(str(i)) + len(f"{self.topic_name}-{p}-{i}") for p, i in messages)
 
-    def timestamps(self, messages: list) -> tuple[int | None, int | None]:
-        return 1_700_000_000_000 + messages[0][1], 1_700_000_000_000 + messages[-1][1]
-
 
 class MemorySourceTask(SourceTask):
     native_kind = "memory"  # ``poll`` returns native batches of (partition, index) when allowed

@@ -418,19 +418,18 @@ class TaskPairRunner:
                 raise
             if native:
                 size = batch.payload_bytes()
-                first_ts, last_ts = batch.timestamps()
             else:
                 try:  # payload bytes, at C speed when every key and value is bytes or None
                     size = sum(map(len, filter(None, map(_VALUE, batch)))) + sum(map(len, filter(None, map(_KEY, batch))))
                 except TypeError:
                     size = _payload_bytes(batch)
-                first_ts, last_ts = batch[0].timestamp, batch[-1].timestamp
             self._sent(batch)
             stats.records += len(batch)
             stats.bytes += size
+            last_ts = batch[-1].timestamp
             if last_ts:
                 now_ms = time.time() * 1000
-                stats.observe_batch_latency(now_ms - (first_ts or last_ts), now_ms - last_ts, len(batch))
+                stats.observe_batch_latency(now_ms - (batch[0].timestamp or last_ts), now_ms - last_ts, len(batch))
 
     def _sent(self, batch: list[ConnectRecord]) -> None:
         n = len(batch)

@@ -4,12 +4,11 @@ The source wraps what ``Consumer.consume`` returned (when the runner allows it a
 no error event); the sink produces straight from the messages (``KafkaSinkTask.put_native``).
 Per batch, the runner needs the last message of each source partition (offsets per batch) - one
 pass over the partition numbers at C speed, a record built for those few messages only - the byte
-count (``len(message)`` is the value's length) and the first and last timestamps.
+count (``len(message)`` is the value's length).
 """
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any
 
 from confluent_kafka import Message
@@ -24,7 +23,6 @@ _PARTITION = Message.partition
 _TOPIC = Message.topic
 _KEY = Message.key
 _ERROR = Message.error
-_TS = itemgetter(1)
 
 
 class KafkaCodec(NativeCodec):
@@ -51,9 +49,6 @@ class KafkaCodec(NativeCodec):
 
     def payload_bytes(self, messages: list) -> int:
         return sum(map(len, messages)) + sum(map(len, filter(None, map(_KEY, messages))))
-
-    def timestamps(self, messages: list) -> tuple[int | None, int | None]:
-        return messages[0].timestamp()[1], messages[-1].timestamp()[1]
 
     def batch(self, messages: list) -> NativeBatch | None:
         """``messages`` as a native batch; None if one of them is an error event (the record path
