@@ -23,8 +23,10 @@ records.
   thread, as soon as the one before it is confirmed. When a batch fails, nothing later for that
   queue is sent: the batches waiting behind it are reported transient after it, and the runner
   re-sends them all, in order, before anything new, so queue (key) order holds through a broker
-  that hangs or times out. Queues do not wait for one another. A limit above 1 pipelines batches
-  to one queue (faster), but a later batch may then land before a failed one is re-sent.
+  that hangs or times out. Queues do not wait for one another. Batches that piled up behind the
+  one in flight go out together (up to ``batch.max.bytes`` and 4 x ``batch.size`` messages), so a
+  round trip per queue costs little throughput. A limit above 1 pipelines sends to one queue, but
+  a later batch may then land before a failed one is re-sent.
 - Transient failures (no answer in time, lost connections, SYSTEM_BUSY/SYSTEM_ERROR, and sends the
   broker stored without confirming the requested flush: FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
   SLAVE_NOT_AVAILABLE) are reported transient and re-sent. A batch refused for good (e.g.
@@ -183,14 +185,17 @@ class _Target:
 
 
 class _Lane:
-    """The sends to one target queue: how many batches are in flight, the ones waiting their turn
-    (oldest first), and whether a failure holds the queue until the task's thread has sorted it out."""
+    """The sends to one target queue: how many are in flight, the batches waiting their turn
+    (oldest first: [records, messages, checkpoint, bytes, alone]), and whether a failure holds the
+    queue until the task's thread has sorted it out."""
 
-    __slots__ = ("busy", "waiting", "blocked")
+    __slots__ = ("target", "index", "busy", "waiting", "blocked")
 
-    def __init__(self) -> None:
+    def __init__(self, target: _Target, index: int) -> None:
+        self.target = target
+        self.index = index
         self.busy = 0
-        self.waiting: deque = deque()  # (send callable, outcome item)
+        self.waiting: deque[list] = deque()
         self.blocked = False
 
 
@@ -209,6 +214,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         self._batch_bytes = cfg["batch.max.bytes"]
         self._max_pending = cfg["max.pending.messages"]
         self._max_batches = cfg["max.in.flight.batches.per.queue"]
+        self._merge_count = 4 * self._batch
         self._lanes: dict[tuple[str, str, int], _Lane] = {}  # (topic, broker name, queue id) -> its sends
         self._lock = threading.RLock()  # lanes: the task's thread and the client's thread (done callbacks)
         self._init_outcomes()  # (records, messages, target, queue index, gen, lane, future) from the client's thread
@@ -294,55 +300,80 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 self._send(batch)
 
     def _send(self, batch: list, gen: Outstanding | None = None) -> None:
-        """Send one batch, or queue it behind the batches in flight to its queue; its outcome counts
+        """Send one batch, or queue it behind what is in flight to its queue; its outcome counts
         down ``gen`` (the open checkpoint unless given)."""
-        lane, call, item = self._prepare(batch, gen or self._gen)
-        with self._lock:
-            if lane.busy < self._max_batches and not lane.waiting and not lane.blocked:
-                lane.busy += 1
-                self._dispatch(call, item)
-            else:
-                lane.waiting.append((call, item))
+        target, index, records, messages, size = batch
+        self._queue(target, index, [[records, messages, gen or self._gen, size, False]])
 
-    def _prepare(self, batch: list, gen: Outstanding) -> tuple[_Lane, Any, tuple]:
-        """(its queue's lane, a callable sending it, the outcome item), counted as pending from now."""
-        target, index, records, messages, _size = batch
+    def _queue(self, target: _Target, index: int, parts: list[list], front: bool = False) -> None:
+        """Count ``parts`` pending and queue them for their queue (in front of what waits: a re-send)."""
         q = target.queues[index]
-        addr = target.addrs[index]
-        client = self._client
-        born = messages[0][2] or None
-        if len(messages) == 1:
-            body, props, _ts = messages[0]
-            call = partial(client.send, addr, target.topic, q.queue_id, body, props, producer_group=self._group,
-                           born_timestamp=born, broker_name=None)
-        else:
-            items = []
-            for body, props, ts in messages:
-                if ts and ts != born:
-                    props[BORN_TIMESTAMP] = str(ts)
-                items.append((body, props))
-            call = partial(client.send_batch, addr, target.topic, q.queue_id, items, producer_group=self._group,
-                           born_timestamp=born)
         key = (target.topic, q.broker_name, q.queue_id)
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane()
-        self._pending += len(records)
-        gen.left += len(records)
-        return lane, call, (records, messages, target, index, gen, lane)
+            lane = self._lanes[key] = _Lane(target, index)
+        for part in parts:
+            n = len(part[0])
+            self._pending += n
+            part[2].left += n
+        with self._lock:
+            lane.target, lane.index = target, index
+            if front:
+                lane.waiting.extendleft(reversed(parts))
+            else:
+                lane.waiting.extend(parts)
+            if not lane.blocked:
+                self._pump(lane)
 
-    def _dispatch(self, call, item: tuple) -> None:
-        """Send now (holding the lock: a queue's sends are submitted in its order)."""
+    def _pump(self, lane: _Lane) -> None:
+        """Send what waits for the queue while it has room (holding the lock: a queue's sends are
+        submitted in its order). Batches that waited go together, up to batch.max.bytes and
+        4 x batch.size messages: one round trip for what piled up while the one before was in flight."""
+        waiting = lane.waiting
+        while waiting and lane.busy < self._max_batches and not lane.blocked:
+            parts = [waiting.popleft()]
+            if not parts[0][4]:
+                count, size = len(parts[0][0]), parts[0][3]
+                while waiting and not waiting[0][4] and count + len(waiting[0][0]) <= self._merge_count \
+                        and size + waiting[0][3] <= self._batch_bytes:
+                    part = waiting.popleft()
+                    parts.append(part)
+                    count += len(part[0])
+                    size += part[3]
+            lane.busy += 1
+            self._dispatch(lane, parts)
+
+    def _dispatch(self, lane: _Lane, parts: list[list]) -> None:
+        target, index = lane.target, lane.index
+        if len(parts) == 1:
+            records, messages = parts[0][0], parts[0][1]
+        else:
+            records = [r for part in parts for r in part[0]]
+            messages = [m for part in parts for m in part[1]]
+        q = target.queues[index]
+        addr = target.addrs[index]
+        born = messages[0][2] or None
         try:
-            fut = call()
+            if len(messages) == 1:
+                body, props, _ts = messages[0]
+                fut = self._client.send(addr, target.topic, q.queue_id, body, props, producer_group=self._group,
+                                        born_timestamp=born, broker_name=None)
+            else:
+                items = []
+                for body, props, ts in messages:
+                    if ts and ts != born:
+                        props[BORN_TIMESTAMP] = str(ts)
+                    items.append((body, props))
+                fut = self._client.send_batch(addr, target.topic, q.queue_id, items, producer_group=self._group,
+                                              born_timestamp=born)
         except Exception as exc:  # noqa: BLE001 - a closed client: an outcome like any other
             fut = concurrent.futures.Future()
             fut.set_exception(RetriableError(f"send not submitted: {exc}"))
-        fut.add_done_callback(partial(self._done, item))
+        fut.add_done_callback(partial(self._done, (records, messages, target, index, parts, lane)))
 
     def _done(self, item: tuple, fut) -> None:
-        """On the client's thread: queue the outcome; send the queue's next batch if this one was
-        confirmed, else hold the queue for the task's thread (re-send or split first)."""
+        """On the client's thread: queue the outcome; send what waits for the queue if this send
+        was confirmed, else hold the queue for the task's thread (re-send or split first)."""
         exc = fut.exception()
         confirmed = exc is None and fut.result().ok
         self._arrive((*item, fut))
@@ -354,21 +385,16 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             elif not lane.blocked:
                 self._pump(lane)
 
-    def _pump(self, lane: _Lane) -> None:
-        while lane.waiting and lane.busy < self._max_batches:
-            call, item = lane.waiting.popleft()
-            lane.busy += 1
-            self._dispatch(call, item)
-
     # -- outcomes ---------------------------------------------------------------------------------
     def _serve(self) -> int:
         outcomes = self._outcomes
         served = 0
         while outcomes:
-            records, messages, target, index, gen, lane, fut = outcomes.popleft()
+            records, messages, target, index, parts, lane, fut = outcomes.popleft()
             n = len(records)
             self._pending -= n
-            gen.left -= n
+            for part in parts:
+                part[2].left -= len(part[0])
             served += n
             exc = fut.exception()
             if exc is None:
@@ -391,13 +417,12 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 served += self._release(lane, fail=exc)
             elif n > 1:
                 # Refused as a batch: each record on its own, in order, ahead of what waits for the
-                # queue, so only those the broker refuses fail.
+                # queue, so only those the broker refuses fail (still counted by their checkpoints).
                 if self.context.positions is not None:  # sent after later batches: no offset syncs from them
                     self.context.positions.mark_resent(records)
-                singles = [self._prepare([target, index, [r], [m], len(m[0])], gen)[1:]  # still counted by
-                           for r, m in zip(records, messages, strict=True)]  # their checkpoint
-                with self._lock:
-                    lane.waiting.extendleft(reversed(singles))
+                singles = [[[r], [m], part[2], len(m[0]), True]
+                           for part in parts for r, m in zip(part[0], part[1], strict=True)]
+                self._queue(target, index, singles, front=True)
                 served += self._release(lane)
             else:
                 self.context.errant_record_reporter.report(records[0], DeliveryError(
@@ -406,7 +431,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         return served
 
     def _release(self, lane: _Lane, fail=None) -> int:
-        """The task's thread has sorted out a batch that was not confirmed: the queue goes on. After
+        """The task's thread has sorted out a send that was not confirmed: the queue goes on. After
         a transient failure (``fail``), the batches waiting for the queue are reported transient
         behind it, in order (the runner re-sends them all before anything new). Returns how many
         records that settled."""
@@ -417,13 +442,13 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             lane.blocked = False
             self._pump(lane)
         settled = 0
-        for _call, (records, _m, target, _i, gen, _lane) in waiting:
+        for records, _messages, gen, _size, _alone in waiting:
             n = len(records)
             self._pending -= n
             gen.left -= n
             settled += n
             self._report_transient(records, RetriableError(
-                f"{n} record(s) not sent to {target.topic}: an earlier batch to the queue failed ({fail}); "
+                f"{n} record(s) not sent to {lane.target.topic}: an earlier send to the queue failed ({fail}); "
                 "re-sent behind it"))
         return settled
 
