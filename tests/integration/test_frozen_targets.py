@@ -14,6 +14,10 @@ from pipeline_util import committed_total, first_copies_out_of_order, make_drive
 
 RATE, SECONDS = 1000, 16  # records per second written to the source, for this long
 FREEZE_AT, FREEZE_FOR = 3, 10  # seconds after the producer starts; how long the target stays frozen
+# Values large enough that what is written during the freeze outgrows the sockets' buffers: the
+# clients then hold sends that never reached the broker, the ones a timeout fails and that must
+# not be overtaken by later ones.
+PAD = b"-" + b"x" * 4000
 EPOCHS = {"epoch.max.ms": 1000, "epoch.grace.ms": 1000, "errors.retry.timeout": 60_000}
 
 
@@ -97,7 +101,7 @@ def test_rocketmq_target_frozen_mid_stream_loses_nothing_and_keeps_queue_order(r
     futures: list = []
 
     def send(i: int) -> None:
-        futures.append(client.send(src.namesrv, topic, i % queues, f"value-{i}".encode(),
+        futures.append(client.send(src.namesrv, topic, i % queues, f"value-{i}".encode() + PAD,
                                    {"KEYS": f"key-{i % 50}", "idx": str(i)}))
         if len(futures) >= 500:
             assert all(f.result(30).ok for f in futures)
@@ -112,7 +116,7 @@ def test_rocketmq_target_frozen_mid_stream_loses_nothing_and_keeps_queue_order(r
         {"connector.class": "rocketmq", "namesrv.addr": dst.namesrv, "auto.create.topics": "true",
          "request.timeout.ms": 2000}, **EPOCHS))
     stats = _through_a_freeze(driver, dst, _Steady(send, done, total), total)
-    by_queue = {q: [int(m.body.decode().rsplit("-", 1)[1]) for m in msgs] for q, msgs in consume_all(dst, topic).items()}
+    by_queue = {q: [int(m.body.split(b"-")[1]) for m in msgs] for q, msgs in consume_all(dst, topic).items()}
     _check("rocketmq", by_queue, total, stats)
     assert stats["transient"] > 0, "the freeze made no send fail: nothing was tested"
 
@@ -130,7 +134,7 @@ def test_pulsar_target_frozen_mid_stream_loses_nothing_and_keeps_key_order(pulsa
     errors: list = []
 
     def send(i: int) -> None:
-        producer.send_async(f"value-{i}".encode(), lambda res, _mid: errors.append(res) if res != pulsar.Result.Ok
+        producer.send_async(f"value-{i}".encode() + PAD, lambda res, _mid: errors.append(res) if res != pulsar.Result.Ok
                             else None, partition_key=f"key-{i % 50}")
 
     def done() -> None:
@@ -145,6 +149,6 @@ def test_pulsar_target_frozen_mid_stream_loses_nothing_and_keeps_key_order(pulsa
          "send.timeout.ms": 2000}, **EPOCHS))
     stats = _through_a_freeze(driver, dst, _Steady(send, done, total), total)
     got = consume_all(dst, f"{topic}-copy", 0, total)
-    _check("pulsar", {p: [int(m.data().decode().rsplit("-", 1)[1]) for m in msgs] for p, msgs in got.items()},
+    _check("pulsar", {p: [int(m.data().split(b"-")[1]) for m in msgs] for p, msgs in got.items()},
            total, stats)
     assert stats["transient"] > 0, "the freeze made no send fail: nothing was tested"
