@@ -40,6 +40,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -195,6 +196,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         self._timeout_ms = cfg["send.timeout.ms"]  # the sink's (the client's producers get none)
         self._failing: list[_Producer] = []  # producers with a transient failure served: abandoned next
         self._abandons = 0  # producers abandoned so far (a put sees whether one was, meanwhile)
+        self._creating: dict[str, list] = {}  # topic -> [future of its producer, schema, a put waited already]
         declared = cfg["value.schema.type"].upper()
         self._declared = (ValueSchema(declared, cfg["value.schema.definition"], cfg["value.schema.name"])
                           if declared else None)
@@ -232,20 +234,47 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
         pulsar = self._pulsar
+        creating = self._creating.get(topic)
+        if creating is None or not (creating[1] is schema or creating[1] == schema):
+            creating = self._creating[topic] = [self._create(topic, schema), schema, False]
         try:
-            options = {**producer_options(self._cfg, pulsar), "send_timeout_millis": 0}  # the sink's timeout
-            producer = self._client.create_producer(topic, **options,
-                                                    **({"schema": producer_schema(schema)} if schema else {}))
+            # The first put waits for it until the epoch's deadline; later ones do not wait while
+            # it is under way (a hung broker answers after the client's operation timeout).
+            wait = 0 if creating[2] else min(max(self.context.time_left(), 0), threading.TIMEOUT_MAX)
+            producer = creating[0].result(timeout=wait)
+        except concurrent.futures.TimeoutError:
+            creating[2] = True
+            raise RetriableError(f"no producer on {topic} yet: Pulsar did not answer in time") from None
         except pulsar.IncompatibleSchema as exc:
+            self._creating.pop(topic, None)
             raise SchemaIncompatibleError(
                 f"{topic} refused the {schema.type if schema else 'BYTES'} schema {schema.name if schema else ''!r} "
                 f"as incompatible ({exc}): replication of this topic stops here and skips nothing (PIP-87). Make "
                 "the destination accept the schema (compatibility strategy, or register it there), then restart "
                 "the task") from exc
         except Exception as exc:  # noqa: BLE001
+            self._creating.pop(topic, None)
             raise RetriableError(f"cannot create a producer on {topic}: {exc}") from exc
+        self._creating.pop(topic, None)
         state = self._producers[topic] = _Producer(topic, producer, schema)
         return state
+
+    def _create(self, topic: str, schema: ValueSchema | None) -> concurrent.futures.Future:
+        """``create_producer`` on a thread of its own: it blocks up to the client's operation timeout
+        (30 s by default) when Pulsar does not answer, and an epoch is a bound."""
+        options = {**producer_options(self._cfg, self._pulsar), "send_timeout_millis": 0}  # the sink's timeout
+        if schema:
+            options["schema"] = producer_schema(schema)
+        client, future = self._client, concurrent.futures.Future()
+
+        def create() -> None:
+            try:
+                future.set_result(client.create_producer(topic, **options))
+            except BaseException as exc:  # noqa: BLE001 - handed to the put that waits for it
+                future.set_exception(exc)
+
+        threading.Thread(target=create, name="pulsar-sink-producer", daemon=True).start()
+        return future
 
     # -- data -------------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
@@ -424,6 +453,8 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         return self._settle_all()
 
     def stop(self) -> None:
+        for future, _schema, _waited in getattr(self, "_creating", {}).values():
+            future.add_done_callback(lambda f: f.exception() is None and _close_quietly(f.result()))
         for state in self._producers.values():
             try:
                 state.producer.close()
