@@ -35,7 +35,9 @@
   waited longer than ``send.timeout.ms`` (when set), or one of its sends failed transiently, the
   producer is *abandoned*: closing it fails every send it still holds, in order, and those records
   are reported transient (the rest of a batch being put then goes behind them); the runner re-sends
-  them, in that order, through a new producer before it puts anything new.
+  them, in that order, through a new producer before it puts anything new. Producers are created
+  on a thread of their own (``create_producer`` waits up to the client's operation timeout on a
+  hung broker): a put waits for one until the epoch's deadline at most.
 """
 
 from __future__ import annotations
