@@ -95,3 +95,20 @@ def assert_delivered_in_order(indexes: list[int], expected: list[int], what: str
         first.setdefault(i, pos)
     order = [first[i] for i in expected]
     assert order == sorted(order), f"{what}: first copies out of source order"
+
+
+def first_copies_out_of_order(indexes: list[int]) -> int:
+    """How many records' first copy came after the first copy of a record that followed them in
+    the source (``indexes``: source positions in arrival order, one partition or key; repeats
+    are re-sent copies, allowed). 0 means per-partition (so per-key) order held."""
+    seen: set[int] = set()
+    top, broken = -1, 0
+    for i in indexes:
+        if i in seen:
+            continue
+        seen.add(i)
+        if i < top:
+            broken += 1
+        else:
+            top = i
+    return broken

@@ -9,12 +9,16 @@
 - RocketMQ: this project's embedded name server + broker (``connect rocketmq-broker``,
   :mod:`connectors.rocketmq.broker`), a development broker storing under its data directory (it
   survives a restart, ``kill -9`` included).
+
+Each broker can be frozen (``freeze``: SIGSTOP, connections stay open and nothing answers) and
+thawed (``thaw``: SIGCONT), as tests of a hung target need.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -80,6 +84,7 @@ def _wait_listening(proc: subprocess.Popen, port: int, what: str, timeout: float
 
 def _end(proc: subprocess.Popen | None) -> None:
     if proc is not None and proc.poll() is None:
+        _signal_group(proc, signal.SIGCONT)  # a frozen broker ends too
         proc.terminate()
         try:
             proc.wait(5)
@@ -88,7 +93,32 @@ def _end(proc: subprocess.Popen | None) -> None:
             proc.wait()
 
 
-class EmbeddedKafka:
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the broker's process group (each broker runs in a session of its own)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class _Freezable:
+    """``freeze`` stops the broker process with SIGSTOP: its sockets stay open and nothing answers
+    (a hung broker, a long GC pause, a stalled disk), unlike ``stop`` which closes connections.
+    ``thaw`` (SIGCONT) lets it go on where it was. ``stop`` ends a frozen broker too."""
+
+    proc: subprocess.Popen | None
+
+    def freeze(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError("the broker is not running: nothing to freeze")
+        _signal_group(self.proc, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_group(self.proc, signal.SIGCONT)
+
+
+class EmbeddedKafka(_Freezable):
     """A tansu broker on a free loopback port; ``bootstrap`` is its ``host:port``.
 
     ``advertised_port`` (default: ``port``) is the port the broker puts in metadata, e.g. a test
@@ -134,7 +164,7 @@ def pulsar_lite_binary() -> str:
     return _packaged_binary("pulsar_lite", "pulsar-lite", "pulsar-lite")
 
 
-class EmbeddedPulsar:
+class EmbeddedPulsar(_Freezable):
     """A pulsar-lite broker on a free loopback port, storing under ``data_dir``; ``service_url``
     is its ``pulsar://`` address. ``stop`` then ``start`` again keeps the port and the data (a
     broker outage, as the tests need). ``partitions`` is the partition count pulsar-lite gives
@@ -203,7 +233,7 @@ class EmbeddedPulsar:
         self.stop()
 
 
-class EmbeddedRocketMQ:
+class EmbeddedRocketMQ(_Freezable):
     """The embedded RocketMQ name server + broker in its own process on a free loopback port;
     ``namesrv`` is its ``host:port`` (the broker answers on the same port). ``stop`` then
     ``start`` again keeps the port and the data; ``kill`` ends it with SIGKILL (a crash). ``env``

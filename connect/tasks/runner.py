@@ -10,8 +10,12 @@ At-least-once: an offset is returned only when every record at or before it in i
 partition was acknowledged, or - for a *permanent* failure - accepted by a RIP-45 hook, the
 dead-letter topic or ``errors.tolerance=all``. A *transient* failure (timeout, lost connection,
 full queue) is never skipped: the record is re-sent in order, with backoff, and its partition's
-offset stays where it was until the re-sent record is acknowledged. When something fails that
-nothing accepts, the partitions it touched keep their previous offsets and the epoch ends FAILED.
+offset stays where it was until the re-sent record is acknowledged. A transient failure holds the
+pair: it is taken as soon as the sink reports it (right after the put or the wait for outcomes that
+brought it), and nothing new is put before the failed records are re-sent, in the order the sink
+reported them (its put order), so per-partition order survives a sink's finite delivery timeout.
+When something fails that nothing accepts, the partitions it touched keep their previous offsets
+and the epoch ends FAILED.
 
 Commit points and checkpoints: the records put between two commit points form a *generation*.
 A synchronous sink is flushed at each commit point (every generation completes at once, or none
@@ -238,6 +242,7 @@ class TaskPairRunner:
                 while self._resend or (drain and self._generations):
                     # A transient blip is re-sent within the grace period if it allows; a stop drains.
                     self._await_progress()
+                    self._take_failures(committed, handler, stats)
                     self._resend_due(stats)
                     self._commit_point(committed, handler, stats)
             except EpochOver:
@@ -368,8 +373,10 @@ class TaskPairRunner:
             if self._resend:
                 # Records waiting to be re-sent go out before anything new (order is kept).
                 self._resend_due(stats)
+                self._take_failures(committed, handler, stats)
                 if self._resend:
                     self._await_progress()
+                    self._take_failures(committed, handler, stats)
                     continue
             if self._in_flight + len(self._resend) >= max_in_flight:
                 self._commit_point(committed, handler, stats)
@@ -377,6 +384,7 @@ class TaskPairRunner:
                     # Still too much unacknowledged: wait for the oldest generation (an outage:
                     # for the next re-send), not a spin.
                     self._await_progress()
+                    self._take_failures(committed, handler, stats)
                 continue
             if self._put >= checkpoint_every:
                 self._commit_point(committed, handler, stats)
@@ -430,6 +438,8 @@ class TaskPairRunner:
             if last_ts:
                 now_ms = time.time() * 1000
                 stats.observe_batch_latency(now_ms - (batch[0].timestamp or last_ts), now_ms - last_ts, len(batch))
+            if self._reporter.failed:  # one list length per batch: a failure is taken before anything new goes out
+                self._take_failures(committed, handler, stats)
 
     def _sent(self, batch: list[ConnectRecord]) -> None:
         n = len(batch)
@@ -477,6 +487,15 @@ class TaskPairRunner:
         seq = self._seq  # acknowledged once this generation is complete
         self._awaiting.update((partition_key(r.source_partition), seq) for r in batch)
         self._sent(batch)
+
+    def _take_failures(self, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
+        """Eager intake: a transient failure the sink reported (in a put, or while serving outcomes) is
+        taken at once by a commit point, which queues it for re-sending, so no new record is put
+        between its report and its re-send: the pair (each of its partitions) is held until then.
+        Permanent failures alone wait for the next regular commit point (they hold nothing)."""
+        failed = self._reporter.failed
+        if failed and any(isinstance(e, RetriableError) for _, e in failed):
+            self._commit_point(committed, handler, stats)
 
     def _defer(self, batch: list[ConnectRecord], stats: EpochStats) -> None:
         """Records polled but not taken by the sink: queued, in order, to be put before anything new."""

@@ -20,14 +20,28 @@
   that record (too large, invalid, not authorized) are permanent.
 - Outages only delay: like Kafka Connect's source-task producers (``delivery.timeout.ms`` =
   max), the producer's ``message.timeout.ms`` defaults to 0 (no timeout), so librdkafka keeps
-  retrying in order, idempotently, until the target is back. A producer that hit a fatal error
-  is replaced by a fresh one; its records come back as transient failures and are re-sent.
+  retrying in order, idempotently, until the target is back.
+- A transient failure holds its partition: nothing put after a record that failed transiently is
+  delivered before that record's re-send. librdkafka alone does not keep that rule (an idempotent
+  producer whose messages time out bumps its epoch and goes on sending the later ones), so the
+  sink owns the delivery timeout: a ``message.timeout.ms`` (or ``delivery.timeout.ms``) set through
+  ``producer.override.`` / ``client.override.`` is enforced here, librdkafka getting 0. When the
+  oldest unacknowledged record has been outstanding for longer, when a record fails transiently,
+  when a record cannot be handed to the producer while earlier ones are outstanding, or when the
+  producer is in a fatal state, the producer is *abandoned*: everything queued and in flight is
+  purged, every failed record is reported transient in put order (each produce carries its put
+  sequence; a purge reports in no useful order), the rest of a batch being put is reported after
+  them, the producer is never pooled again and a fresh one (fresh idempotence sequence numbers)
+  takes over. The runner re-sends them in that order before it puts anything new.
 """
 
 from __future__ import annotations
 
 import logging
+import operator
+import re
 import time
+from collections import deque
 from functools import partial
 from typing import Any, Mapping, Sequence
 
@@ -36,7 +50,7 @@ from confluent_kafka import KafkaError, KafkaException
 from connect.batch import NativeBatch
 from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
-from connect.errors import ConnectError, DeliveryError, RetriableError, RetriesExhaustedError
+from connect.errors import ConfigError, ConfigIssue, DeliveryError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
@@ -75,8 +89,14 @@ PRODUCER_DEFAULTS = {
     "queue.buffering.max.messages": 200_000,
     # No delivery timeout: an outage delays records, it never fails them (Kafka Connect sets
     # delivery.timeout.ms=MAX for the same reason). Epochs stay bounded by the runner, not by this.
+    # Always 0 for librdkafka: a timeout the user sets is enforced by the sink (see the module doc).
     "message.timeout.ms": 0,
 }
+
+# librdkafka's delivery timeout and its alias, as the user may set them (the producer's own key wins).
+_TIMEOUT_NAMES = ("message.timeout.ms", "delivery.timeout.ms")
+_TIMEOUT_KEYS = tuple(p + n for p in ("client.override.", "producer.override.") for n in _TIMEOUT_NAMES)
+_WHOLE = re.compile(r"\s*\d+\s*")
 
 # Broker/local errors that will not go away by sending the same record again.
 _PERMANENT = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG, KafkaError.INVALID_RECORD,
@@ -92,6 +112,50 @@ _BROKEN_PRODUCER = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOC
                     KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError._FATAL}
 
 
+def timeout_issues(config: Mapping[str, Any]) -> list[ConfigIssue]:
+    """A delivery timeout override that is not a whole number of milliseconds >= 0."""
+    issues = []
+    for key in _TIMEOUT_KEYS:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and _WHOLE.fullmatch(value))) \
+                or int(value) < 0:
+            issues.append(ConfigIssue(key, value, "the delivery timeout must be a whole number of milliseconds, "
+                                      ">= 0 (0: none, an outage only delays)"))
+    return issues
+
+
+def delivery_timeout(config: Mapping[str, Any]) -> tuple[int, str]:
+    """(timeout in ms the user set, 0: none; the key it came from). Raises ConfigError naming the key."""
+    issues = timeout_issues(config)
+    if issues:
+        raise ConfigError(issues, source="kafka sink")
+    found = (0, "producer.override.message.timeout.ms")
+    for key in _TIMEOUT_KEYS:  # client.override. first: producer.override. wins, as in client_config
+        if config.get(key) is not None:
+            found = (int(config[key]), key)
+    return found
+
+
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+_PUT_ORDER = operator.itemgetter(0, 1)  # (put sequence, index in the put) of a held failure
+
+
+class _Put:
+    """The records one ``put`` handed to the producer: when (the age of its oldest unacknowledged
+    record), how many still have no outcome, the checkpoint they count down, and its place in
+    put order (``seq``; each produce also carries its index in the batch)."""
+
+    __slots__ = ("seq", "at", "left", "gen")
+
+    def __init__(self, seq: int, gen: Outstanding) -> None:
+        self.seq = seq
+        self.at = time.monotonic()
+        self.left = 0
+        self.gen = gen
+
+
 def is_permanent(err: KafkaError) -> bool:
     """True when sending the same record again cannot succeed. Anything unknown counts as
     transient: a wrong guess then costs retries (and, past errors.retry.timeout, a restart),
@@ -103,6 +167,10 @@ class KafkaSinkConnector(SinkConnector):
     @classmethod
     def config_def(cls) -> ConfigDef:
         return CONFIG
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        return super().validate(config) + timeout_issues(config)
 
     def prepare_topics(self, source_topics: Mapping[str, int]) -> None:
         """Create each target topic with its source's partition count (or grow it), as MM2 does."""
@@ -135,11 +203,20 @@ class KafkaSinkTask(SinkTask):
         self._cfg = cfg
         self._route = TopicRouter(cfg)
         self._owner = context.task_id
-        self._fatal: KafkaError | None = None
+        # The delivery timeout is the sink's (see the module doc): librdkafka gets none.
+        self._timeout_ms, self._timeout_key = delivery_timeout(config)
+        self._timeout = self._timeout_ms / 1000
+        self._broken: str | None = None  # why the producer must be abandoned (fatal state, a transient failure)
+        self._purging: str | None = None  # while abandoning: why (the error text of the records purged)
         self._tainted = False  # a producer that saw a failed delivery is never pooled for reuse
         self._conf = client_config(config, "producer", PRODUCER_DEFAULTS)
         self._conf["delivery.report.only.error"] = False  # checkpoints count every outcome
+        self._conf.pop("delivery.timeout.ms", None)
+        self._conf["message.timeout.ms"] = 0
         self._gen = Outstanding()
+        self._puts: deque[_Put] = deque()  # puts whose records may lack an outcome, oldest first
+        self._seq = 0  # put order
+        self._held: list = []  # transient failures served, reported in put order when the producer is abandoned
         self._producer = POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
@@ -148,25 +225,36 @@ class KafkaSinkTask(SinkTask):
         self._warned_small: set[str] = set()
         self._positions = context.positions
 
-    def _on_delivery(self, record: ConnectRecord, gen: Outstanding, err: KafkaError | None, msg) -> None:
-        """Bound to its record and checkpoint by ``partial`` at produce time; librdkafka calls it
-        once per record. A failure is reported before its checkpoint counts it."""
+    def _on_delivery(self, record: ConnectRecord, put: _Put, i: int, err: KafkaError | None, msg) -> None:
+        """Bound to its record, its put and its index in that put by ``partial`` at produce time;
+        librdkafka calls it once per record. A failure is reported before its checkpoint counts it
+        (a transient one is held, and counted, until the producer is abandoned)."""
         if err is not None:
-            self._report_delivery(record, err, msg)
+            if self._failed_delivery(record, put, i, err, msg):
+                return
         elif self._positions is not None:  # offset syncs: where it landed
             self._positions.ack(record, msg.topic(), msg.partition(), msg.offset())
-        gen.left -= 1
+        put.left -= 1
+        put.gen.left -= 1
 
-    def _report_delivery(self, record: ConnectRecord, err: KafkaError, msg) -> None:
+    def _failed_delivery(self, record: ConnectRecord, put: _Put, i: int, err: KafkaError, msg) -> bool:
+        """Report a permanent failure now (False); hold a transient one for ``_abandon`` (True):
+        the producer may still send records put after it, so it is abandoned first."""
         self._tainted = True
         where = f"{msg.topic()}[{msg.partition()}]"
-        if err.fatal() or err.code() in _BROKEN_PRODUCER:
-            self._fatal = err
         if is_permanent(err):
-            error: ConnectError = DeliveryError(f"{where} refused the record: {err.name()}: {err.str()}")
+            self.context.errant_record_reporter.report(
+                record, DeliveryError(f"{where} refused the record: {err.name()}: {err.str()}"))
+            return False
+        if self._purging is not None and err.code() in _PURGED:
+            text = f"delivery to {where} {self._purging}; re-sent in order"
         else:
-            error = RetriableError(f"delivery to {where} failed: {err.name()}: {err.str()}")
-        self.context.errant_record_reporter.report(record, error)
+            text = f"delivery to {where} failed: {err.name()}: {err.str()}"
+            if self._broken is None:
+                state = "fatal producer state" if err.fatal() or err.code() in _BROKEN_PRODUCER else "transient failure"
+                self._broken = f"not confirmed: the producer was abandoned after a {state} ({err.name()} on {where})"
+        self._held.append((put.seq, i, record, RetriableError(text), put))
+        return True
 
     # -- topics ---------------------------------------------------------------------------
     def _target(self, source_topic: str, batch: Sequence[ConnectRecord]) -> tuple[str, int]:
@@ -178,14 +266,21 @@ class KafkaSinkTask(SinkTask):
 
     # -- data -----------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
-        if self._fatal is not None:
-            self._replace_producer()
+        if self._broken is not None or (self._timeout and self._expired()):
+            # Earlier records fail now: this batch goes behind them, as a whole.
+            why = self._abandon()
+            self._report_transient(records, RetriableError(f"not sent: earlier records are re-sent first ({why})"))
+            return
         produce = self._producer.produce
         targets = self._targets
         preserve = self._cfg["partition.preserve"]
         gen = self._gen
+        put = _Put(self._seq, gen)
+        self._seq += 1
+        self._puts.append(put)
         on_delivery = self._on_delivery
-        sent = 0  # handed to the producer: each one's report counts its checkpoint down
+        sent = 0  # handed to the producer: each one's report counts its put and checkpoint down
+        fail: tuple[int, RetriableError] | None = None  # from this record on, nothing is handed over
         try:
             for i, r in enumerate(records):
                 target = targets.get(r.topic)
@@ -193,8 +288,10 @@ class KafkaSinkTask(SinkTask):
                     try:
                         target = self._target(r.topic, records)
                     except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
-                        self._report_transient(records[i:], exc)
+                        fail = (i, exc)
                         break
+                    if not sent:
+                        put.at = time.monotonic()  # its age counts from the first produce, not the lookup
                 topic, count = target
                 part = r.partition
                 if part is None or not preserve:
@@ -206,58 +303,87 @@ class KafkaSinkTask(SinkTask):
                 if headers is not None and headers.__class__ is not list:
                     headers = list(headers)
                 try:
-                    produce(topic, r.value, r.key, partition=part, on_delivery=partial(on_delivery, r, gen),
+                    produce(topic, r.value, r.key, partition=part, on_delivery=partial(on_delivery, r, put, i),
                             timestamp=r.timestamp or 0, headers=headers)
                     sent += 1
                 except BufferError:  # queue full: wait for room until the epoch's time is up
-                    if not self._produce_when_room(topic, r, part, headers, gen):
-                        self._report_transient(records[i:], RetriableError(
+                    put.left += sent
+                    gen.left += sent
+                    sent = 0
+                    if not self._produce_when_room(topic, r, part, headers, put, i):
+                        fail = (i, RetriableError(
                             f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
                             f"{len(records) - i} record(s) not sent yet"))
                         break
                     sent += 1
                 except (KafkaException, TypeError, ValueError) as exc:
-                    sent += self._produce_odd(topic, r, part, headers, exc, gen)
+                    try:
+                        sent += self._produce_odd(topic, r, part, headers, exc, put, i)
+                    except RetriableError as again:
+                        fail = (i, again)
+                        break
         finally:
+            put.left += sent
             gen.left += sent
+        if fail is not None:
+            self._fail_rest(records[fail[0]:], fail[1])
+            return
         self._producer.poll(0)
+        if self._broken is not None:  # a report just served: abandon now, the runner takes it after this put
+            self._abandon()
 
-    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, gen: Outstanding
+    def _fail_rest(self, rest: Sequence[ConnectRecord], error: RetriableError) -> None:
+        """Records that could not be handed to the producer: reported transient, in order, after
+        every earlier record still without an outcome (the producer is abandoned for them, else
+        one of those failing later would be re-sent behind these)."""
+        if self._broken is not None or self._expired():
+            self._abandon()
+        elif self._held or self._oldest() is not None:
+            self._abandon(f"not confirmed: the producer was abandoned as later records could not be handed to it "
+                          f"({error})")
+        self._report_transient(rest, error)
+
+    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, put: _Put, i: int
                      ) -> bool:
         """The rare paths: bytes-like payloads librdkafka does not take as they are, or a record
         refused before sending (larger than message.max.bytes, a payload that is no bytes).
-        True if the record was handed to the producer after all."""
+        True if the record was handed to the producer after all; raises RetriableError when it
+        was refused for a reason that may pass (it and the rest of its batch wait, in order)."""
         key, value = r.key, r.value
         if isinstance(key, (bytearray, memoryview)) or isinstance(value, (bytearray, memoryview)):
             key = bytes(key) if isinstance(key, (bytearray, memoryview)) else key
             value = bytes(value) if isinstance(value, (bytearray, memoryview)) else value
             try:
-                self._produce_bound(topic, value, key, part, headers, r, gen)
+                self._produce_bound(topic, value, key, part, headers, r, put, i)
                 return True
             except (KafkaException, TypeError, ValueError) as again:
                 exc = again
         if isinstance(exc, KafkaException):
             err = exc.args[0]
-            error: Exception = DeliveryError(f"record {r.position()} cannot be produced: {err.name()}: {err.str()}")
             if not is_permanent(err):
-                error = RetriableError(f"record {r.position()} not produced: {err.name()}: {err.str()}")
+                raise RetriableError(f"record {r.position()} not produced: {err.name()}: {err.str()}")
+            error: Exception = DeliveryError(f"record {r.position()} cannot be produced: {err.name()}: {err.str()}")
         else:
             error = DeliveryError(f"record {r.position()} cannot be produced: {exc} "
                                   "(keys and values must be bytes, str or None: set the sink's key/value.converter)")
         self.context.errant_record_reporter.report(r, error)
         return False
 
-    def _produce_bound(self, topic: str, value, key, part: int, headers, r: ConnectRecord, gen: Outstanding) -> None:
-        """One produce off the hot path (``put`` inlines the same call), its report bound to ``r`` and ``gen``."""
-        self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r, gen),
+    def _produce_bound(self, topic: str, value, key, part: int, headers, r: ConnectRecord, put: _Put, i: int
+                       ) -> None:
+        """One produce off the hot path (``put`` inlines the same call), its report bound to ``r``, ``put``, ``i``."""
+        self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r, put, i),
                                timestamp=r.timestamp or 0, headers=headers)
 
-    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, gen: Outstanding) -> bool:
+    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, put: _Put, i: int) -> bool:
+        """False at the epoch deadline, or when the producer must be abandoned meanwhile."""
         while True:
             left = self.context.time_left()
             self._producer.poll(min(0.05, left))
+            if self._broken is not None or (self._timeout and self._expired()):
+                return False
             try:
-                self._produce_bound(topic, r.value, r.key, part, headers, r, gen)
+                self._produce_bound(topic, r.value, r.key, part, headers, r, put, i)
                 return True
             except BufferError:
                 if left <= 0:
@@ -378,33 +504,53 @@ class KafkaSinkTask(SinkTask):
             raise RetriableError(f"producer failed: {exc}") from exc
 
     def wait_outcomes(self, timeout: float) -> None:
-        if self._fatal is not None:  # its queue was failed back as transient errors: start afresh
-            self._replace_producer()
-        self._serve(lambda: self._producer.poll(timeout))
-        if self._fatal is not None:
-            self._replace_producer()
+        if self._broken is None and not (self._timeout and self._expired()):
+            self._serve(lambda: self._producer.poll(timeout))
+        if self._broken is not None or (self._timeout and self._expired()):
+            self._abandon()
 
     def flush(self, offsets) -> bool:
         """Wait for every acknowledgement, at most ``context.time_left()``; False if time ran out."""
-        producer = self._producer
         while True:
-            remaining = self._serve(lambda: producer.flush(min(self.context.time_left(), 0.5)))
-            if self._fatal is not None:  # its queue was failed back as transient errors: start afresh
-                self._replace_producer()
+            remaining = self._serve(lambda: self._producer.flush(min(self.context.time_left(), 0.5)))
+            if self._broken is not None or (self._timeout and self._expired()):
+                self._abandon()  # its records were reported transient: an outcome for each
                 return True
             if remaining == 0:
                 return True
             if self.context.time_left() <= 0:
                 return False
 
-    def _replace_producer(self) -> None:
-        """A producer in a fatal state never recovers: drop it (never pooled) and start a fresh one."""
-        old, error = self._producer, self._fatal
-        log.warning("producer of %s hit a fatal error (%s); replacing it", self._owner, error.str() if error else "?")
+    # -- delivery timeout and abandoned producers ----------------------------------------------
+    def _oldest(self) -> _Put | None:
+        """The oldest put with a record that has no outcome yet."""
+        puts = self._puts
+        while puts and puts[0].left <= 0:
+            puts.popleft()
+        return puts[0] if puts else None
+
+    def _expired(self) -> bool:
+        """True when the oldest record without an outcome was put more than the timeout ago."""
+        oldest = self._oldest()
+        return oldest is not None and self._timeout > 0 and time.monotonic() - oldest.at > self._timeout
+
+    def _abandon(self, why: str | None = None) -> str:
+        """Abandon the producer: purge what it queued and has in flight, report every record held
+        or purged as transient in put order, and start a fresh producer (a purge does not reset
+        the idempotence sequence numbers; a new producer does). The old one is never pooled.
+        Returns why (the error text of its records)."""
+        if why is None:
+            why = self._broken or (f"timed out after {self._timeout_ms} ms ({self._timeout_key}): the producer "
+                                   "was abandoned")
+        old = self._producer
+        self._tainted = True
+        log.warning("producer of %s: delivery %s; every record without an outcome is re-sent in order by a fresh "
+                    "producer", self._owner, why)
         # Purge fails every queued and in-flight message back; serving all those delivery reports
         # hands each record to the runner as a transient failure (re-sent). Every one must be
         # served: a record whose report is lost would count as delivered.
         left = -1
+        self._purging = why
         try:
             old.purge()
             deadline = time.monotonic() + 10
@@ -412,12 +558,23 @@ class KafkaSinkTask(SinkTask):
                 pass
         except (KafkaException, SystemError):
             pass
+        finally:
+            self._purging = None
+        self._broken = None
+        held, self._held = self._held, []
+        held.sort(key=_PUT_ORDER)
+        report = self.context.errant_record_reporter.report
+        for _seq, _i, record, error, put in held:
+            report(record, error)
+            put.left -= 1
+            put.gen.left -= 1
         if left != 0:
             # Outcomes unknown: fail the pair (restarted with backoff, from committed offsets).
-            raise RetriesExhaustedError(f"producer in a fatal state ({error.str() if error else '?'}) and "
-                                        f"{max(left, 0)} of its messages report no outcome; restarting the task")
-        self._fatal = None
+            raise RetriesExhaustedError(f"producer abandoned ({why}) and {max(left, 0)} of its messages report no "
+                                        "outcome; restarting the task")
+        self._puts.clear()
         self._producer = POOL.acquire("producer", f"{self._owner}-fresh", self._conf)
+        return why
 
     def stop(self) -> None:
         producer = getattr(self, "_producer", None)
@@ -426,7 +583,7 @@ class KafkaSinkTask(SinkTask):
         self._producer = None
         POOL.release("admin", self._owner, self._admin_conf, self._admin)
         try:
-            clean = producer.flush(min(self.context.time_left(), 1.0)) == 0 and not self._tainted and self._fatal is None
+            clean = producer.flush(min(self.context.time_left(), 1.0)) == 0 and not self._tainted and self._broken is None
         except (KafkaException, SystemError):
             clean = False
         if clean:  # never hand a broken, failing or non-empty producer to the next task

@@ -28,11 +28,25 @@
   ``message.timeout.ms``) and reconnect by themselves. The task never has more than
   ``max.pending.messages`` sends without an outcome, so Pulsar's own queue never refuses one; a
   send that finds no room within the epoch's time is reported transient with all that follow it.
+- A transient failure holds its partition: nothing sent after a failed message to the same target
+  (partition) topic goes out before the failed one is re-sent. The client alone does not keep that
+  rule (its send timeout fails what is pending, and the producer takes the next sends at once), so
+  the sink owns the timeout: the client's producers get none, and when a producer's oldest send has
+  waited longer than ``send.timeout.ms`` (when set), or one of its sends failed transiently, the
+  producer is *abandoned*: closing it fails every send it still holds, in order, and those records
+  are reported transient (the rest of a batch being put then goes behind them); the runner re-sends
+  them, in that order, through a new producer before it puts anything new. Producers are created
+  on a thread of their own (``create_producer`` waits up to the client's operation timeout on a
+  hung broker): a put waits for one until the epoch's deadline at most.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import threading
+import time
+from collections import deque
 from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
@@ -63,7 +77,8 @@ CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
     .define("max.pending.messages", Type.INT, 20_000,
             "Most sends of a task without an outcome (each producer's queue is this large too).",
             validator=at_least(1))
-    .define("send.timeout.ms", Type.INT, 0, "Send timeout of the producers; 0: none, an outage only delays.",
+    .define("send.timeout.ms", Type.INT, 0, "How long a send may wait for its outcome before the sink abandons the "
+            "producer and its records are re-sent, in order; 0: no timeout, an outage only delays.",
             validator=at_least(0))
     .define("chunking.enabled", Type.BOOLEAN, False,
             "Split messages larger than the broker's limit into chunks (needs batching.enabled=false).")
@@ -144,6 +159,30 @@ class PulsarSinkConnector(SinkConnector):
         self._names.announce(source_topics, log, f"connector {self.context.name}" if self.context else "pulsar sink")
 
 
+class _Producer:
+    """One target (partition) topic's producer, its schema, how many of its sends have no outcome
+    yet, when the oldest of them was sent (with a send timeout), and why it was abandoned."""
+
+    __slots__ = ("topic", "producer", "schema", "left", "sent_at", "abandoned")
+
+    def __init__(self, topic: str, producer, schema: ValueSchema | None) -> None:
+        self.topic = topic
+        self.producer = producer
+        self.schema = schema
+        self.left = 0
+        self.sent_at: deque[float] = deque()  # send times of the sends without an outcome, oldest first
+        self.abandoned: str | None = None
+
+
+def _close_quietly(producer) -> None:
+    """Close on a thread of its own: the pending sends fail at once, the broker's answer may take
+    the client's operation timeout (a hung broker)."""
+    try:
+        producer.close()
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
+
+
 class PulsarSinkTask(QueuedOutcomes, SinkTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         import pulsar
@@ -155,7 +194,11 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
         self._ok, self._permanent = permanent_results()
-        self._producers: dict[str, list] = {}  # target (partition) topic -> [producer, its schema or None]
+        self._producers: dict[str, _Producer] = {}  # target (partition) topic -> its producer
+        self._timeout_ms = cfg["send.timeout.ms"]  # the sink's (the client's producers get none)
+        self._failing: list[_Producer] = []  # producers with a transient failure served: abandoned next
+        self._abandons = 0  # producers abandoned so far (a put sees whether one was, meanwhile)
+        self._creating: dict[str, list] = {}  # topic -> [future of its producer, schema, a put waited already]
         declared = cfg["value.schema.type"].upper()
         self._declared = (ValueSchema(declared, cfg["value.schema.definition"], cfg["value.schema.name"])
                           if declared else None)
@@ -177,59 +220,108 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
             target = self._targets[source_topic] = (name, len(names) if partitioned else 0)
         return target
 
-    def _producer(self, topic: str, schema: ValueSchema | None):
+    def _producer(self, topic: str, schema: ValueSchema | None) -> _Producer:
         current = self._producers.get(topic)
         if current is not None:
-            if current[1] is schema or current[1] == schema:
-                return current[0]
+            if current.schema is schema or current.schema == schema:
+                return current
             # A new schema on this topic: what the old producer sent is acknowledged first, so
             # the two producers' messages cannot interleave out of order.
             if not self.flush(None):
                 raise RetriableError(f"records sent to {topic} before its schema changed are not acknowledged yet")
-            self._producers.pop(topic)
-            try:
-                current[0].close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
+            if self._producers.get(topic) is current:
+                self._producers.pop(topic)
+                try:
+                    current.producer.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
         pulsar = self._pulsar
+        creating = self._creating.get(topic)
+        if creating is None or not (creating[1] is schema or creating[1] == schema):
+            creating = self._creating[topic] = [self._create(topic, schema), schema, False]
         try:
-            producer = self._client.create_producer(topic, **producer_options(self._cfg, pulsar),
-                                                    **({"schema": producer_schema(schema)} if schema else {}))
+            # The first put waits for it until the epoch's deadline; later ones do not wait while
+            # it is under way (a hung broker answers after the client's operation timeout).
+            wait = 0 if creating[2] else min(max(self.context.time_left(), 0), threading.TIMEOUT_MAX)
+            producer = creating[0].result(timeout=wait)
+        except concurrent.futures.TimeoutError:
+            creating[2] = True
+            raise RetriableError(f"no producer on {topic} yet: Pulsar did not answer in time") from None
         except pulsar.IncompatibleSchema as exc:
+            self._creating.pop(topic, None)
             raise SchemaIncompatibleError(
                 f"{topic} refused the {schema.type if schema else 'BYTES'} schema {schema.name if schema else ''!r} "
                 f"as incompatible ({exc}): replication of this topic stops here and skips nothing (PIP-87). Make "
                 "the destination accept the schema (compatibility strategy, or register it there), then restart "
                 "the task") from exc
         except Exception as exc:  # noqa: BLE001
+            self._creating.pop(topic, None)
             raise RetriableError(f"cannot create a producer on {topic}: {exc}") from exc
-        self._producers[topic] = [producer, schema]
-        return producer
+        self._creating.pop(topic, None)
+        state = self._producers[topic] = _Producer(topic, producer, schema)
+        return state
+
+    def _create(self, topic: str, schema: ValueSchema | None) -> concurrent.futures.Future:
+        """``create_producer`` on a thread of its own: it blocks up to the client's operation timeout
+        (30 s by default) when Pulsar does not answer, and an epoch is a bound."""
+        options = {**producer_options(self._cfg, self._pulsar), "send_timeout_millis": 0}  # the sink's timeout
+        if schema:
+            options["schema"] = producer_schema(schema)
+        client, future = self._client, concurrent.futures.Future()
+
+        def create() -> None:
+            try:
+                future.set_result(client.create_producer(topic, **options))
+            except BaseException as exc:  # noqa: BLE001 - handed to the put that waits for it
+                future.set_exception(exc)
+
+        threading.Thread(target=create, name="pulsar-sink-producer", daemon=True).start()
+        return future
 
     # -- data -------------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
+        abandons = self._abandons
+        self._serve()
+        self._check_timeouts()
+        if self._abandons != abandons:  # earlier records fail now: this batch goes behind them, as a whole
+            self._report_transient(records, RetriableError("not sent: earlier records are re-sent first (a producer "
+                                                           "was abandoned)"))
+            return
         gen = self._gen
         outcomes = self._outcomes
         arrived = self._arrived
+        timed = self._timeout_ms > 0
+        now = time.monotonic()
         sent = 0
         try:
             for i, r in enumerate(records):
-                if self._pending >= self._max_pending and not self._wait_for_room(self._max_pending):
-                    self._report_transient(records[i:], RetriableError(
-                        f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
-                        f"{len(records) - i} record(s) not sent yet"))
-                    break
+                if self._pending >= self._max_pending:
+                    room = self._wait_for_room(self._max_pending)
+                    if self._abandons != abandons:
+                        self._report_transient(records[i:], RetriableError(
+                            "not sent: earlier records are re-sent first (a producer was abandoned)"))
+                        break
+                    if not room:
+                        self._report_transient(records[i:], RetriableError(
+                            f"{self._pending} sends without an outcome (max.pending.messages) until the epoch "
+                            f"deadline; {len(records) - i} record(s) not sent yet"))
+                        break
+                    now = time.monotonic()
                 try:
                     topic, partitions = self._target(r.topic)
                     if self._mode == "partition" and partitions and r.partition is not None and r.partition < partitions:
                         topic = partition_topic(topic, r.partition)
-                    producer = self._producer(topic, r.value_schema or self._declared)
+                    state = self._producer(topic, r.value_schema or self._declared)
                 except RetriableError as exc:  # target unreachable: this record and the rest wait, in order
                     self._report_transient(records[i:], exc)
                     break
                 except IllegalTopicName as exc:  # no Pulsar will take it: permanent, with the fix in the message
                     self.context.errant_record_reporter.report(r, exc)
                     continue
+                if self._abandons != abandons:  # (a schema change waited for outcomes)
+                    self._report_transient(records[i:], RetriableError(
+                        "not sent: earlier records are re-sent first (a producer was abandoned)"))
+                    break
                 key, properties, ordering = message_fields(r.key, r.headers)
                 value = r.value
                 if value is not None and value.__class__ is not bytes:
@@ -241,22 +333,25 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                             "(set the sink's value.converter)"))
                         continue
 
-                def done(res, mid, r=r, gen=gen, topic=topic):
-                    outcomes.append((r, gen, res, mid, topic))
+                def done(res, mid, r=r, gen=gen, state=state):
+                    outcomes.append((r, gen, res, mid, state))
                     arrived.set()
 
                 try:
                     # pulsar-client's public send_async: a None value is Pulsar's null value (a
                     # tombstone on compacted topics), as a Kafka tombstone is; an empty key is no
                     # key (it sets only a non-empty partition key).
-                    producer.send_async(value, done, properties=properties or None, partition_key=key,
-                                        ordering_key=ordering.decode("utf-8", "replace") if ordering is not None
-                                        else None, event_timestamp=r.timestamp or None)
+                    state.producer.send_async(value, done, properties=properties or None, partition_key=key,
+                                              ordering_key=ordering.decode("utf-8", "replace") if ordering is not None
+                                              else None, event_timestamp=r.timestamp or None)
                 except Exception as exc:  # noqa: BLE001 - refused before sending
                     self._refused(records, i, exc)
                     break
                 sent += 1
                 self._pending += 1
+                state.left += 1
+                if timed:
+                    state.sent_at.append(now)
         finally:
             gen.left += sent
 
@@ -270,19 +365,71 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
             self._report_transient(records[i:], RetriableError(f"record {r.position()} not sent: {text}"))
 
     def _serve(self) -> int:
+        served = self._serve_queued()
+        while self._failing:  # a transient failure: nothing behind it in its producer may go out first
+            state = self._failing.pop()
+            if state.abandoned is None:
+                served += self._abandon(state, "not confirmed: the producer was abandoned after a transient failure "
+                                               "of an earlier send")
+        return served
+
+    def _serve_queued(self) -> int:
         outcomes = self._outcomes
         ok, permanent = self._ok, self._permanent
         served = 0
         positions = self.context.positions
         while outcomes:
-            r, gen, res, mid, topic = outcomes.popleft()
+            r, gen, res, mid, state = outcomes.popleft()
+            state.left -= 1
+            if state.sent_at:
+                state.sent_at.popleft()  # a producer's outcomes come in its send order
             if res != ok:
-                self._report(r, res, permanent)
+                if state.abandoned is not None and res not in permanent:
+                    self.context.errant_record_reporter.report(r, RetriableError(
+                        f"record {r.position()} {state.abandoned}; re-sent in order"))
+                else:
+                    self._report(r, res, permanent)
+                    if res not in permanent:
+                        self._failing.append(state)
             elif positions is not None:  # offset syncs: where it landed
-                self._ack_position(positions, r, mid, topic)
+                self._ack_position(positions, r, mid, state.topic)
             gen.left -= 1
             served += 1
         self._pending -= served
+        return served
+
+    def wait_outcomes(self, timeout: float) -> None:
+        super().wait_outcomes(timeout)
+        self._check_timeouts()
+
+    def _check_timeouts(self) -> None:
+        """Abandon each producer whose oldest send has waited longer than send.timeout.ms."""
+        if self._timeout_ms <= 0:
+            return
+        limit = time.monotonic() - self._timeout_ms / 1000
+        for state in [s for s in self._producers.values() if s.sent_at and s.sent_at[0] < limit]:
+            self._abandon(state, f"timed out after {self._timeout_ms} ms (send.timeout.ms): the producer was abandoned")
+
+    def _abandon(self, state: _Producer, why: str) -> int:
+        """Close the producer (on a thread: the pending sends fail at once, in order, while the
+        broker's answer may take long), serve the failed sends (reported transient, ``why``) and let
+        the next send to its topic create a new producer. Returns how many outcomes were served."""
+        self._abandons += 1
+        state.abandoned = why
+        state.sent_at.clear()
+        if self._producers.get(state.topic) is state:
+            del self._producers[state.topic]
+        log.warning("[%s] producer of %s: %s; its %d send(s) without an outcome are re-sent in order", self.context.task_id,
+                    state.topic, why, state.left)
+        threading.Thread(target=_close_quietly, args=(state.producer,), name="pulsar-sink-close", daemon=True).start()
+        served = 0
+        deadline = time.monotonic() + 5.0  # the failures arrive at once; bounded all the same
+        while True:
+            served += self._serve_queued()
+            if state.left <= 0 or time.monotonic() >= deadline:
+                break
+            self._arrived.wait(0.02)
+            self._arrived.clear()
         return served
 
     @staticmethod
@@ -308,9 +455,11 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         return self._settle_all()
 
     def stop(self) -> None:
-        for producer, _ in self._producers.values():
+        for future, _schema, _waited in getattr(self, "_creating", {}).values():
+            future.add_done_callback(lambda f: f.exception() is None and _close_quietly(f.result()))
+        for state in self._producers.values():
             try:
-                producer.close()
+                state.producer.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
         self._producers = {}

@@ -17,13 +17,22 @@ records.
 - Consecutive records for one queue are sent as one SEND_BATCH_MESSAGE (up to ``batch.size``
   messages and ``batch.max.bytes``); every batch is a future whose outcome, served on the task's
   thread by ``wait_outcomes``, counts its records down (an asynchronous sink: epochs end without
-  draining). Batches to one queue are pipelined, so a transient failure can let a later batch
-  land first; the failed records are re-sent by the runner, in their order (at-least-once).
+  draining).
+- A transient failure holds its queue: at most ``max.in.flight.batches.per.queue`` (default 1)
+  batches to one queue are in flight; the next waits in the sink and is sent, from the client's
+  thread, as soon as the one before it is confirmed. When a batch fails, nothing later for that
+  queue is sent: the batches waiting behind it are reported transient after it, and the runner
+  re-sends them all, in order, before anything new, so queue (key) order holds through a broker
+  that hangs or times out. Queues do not wait for one another. Batches that piled up behind the
+  one in flight go out together (up to ``batch.max.bytes`` and 4 x ``batch.size`` messages), so a
+  round trip per queue costs little throughput. A limit above 1 pipelines sends to one queue, but
+  a later batch may then land before a failed one is re-sent.
 - Transient failures (no answer in time, lost connections, SYSTEM_BUSY/SYSTEM_ERROR, and sends the
   broker stored without confirming the requested flush: FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
   SLAVE_NOT_AVAILABLE) are reported transient and re-sent. A batch refused for good (e.g.
-  MESSAGE_ILLEGAL) is sent again one record at a time, so only the records the broker refuses
-  themselves go to the failed-message hooks / dead-letter destination.
+  MESSAGE_ILLEGAL) is sent again one record at a time, in order and ahead of the batches waiting
+  for its queue, so only the records the broker refuses themselves go to the failed-message hooks /
+  dead-letter destination.
 - Records become messages as :mod:`connectors.rocketmq.mapping` says; the record's timestamp is the
   message's born timestamp (a batch carries one born timestamp: records whose own differs keep it
   in property ``CONNECT_BORN_TIMESTAMP``, which the source reads back).
@@ -31,9 +40,13 @@ records.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import logging
+import threading
 import zlib
+from collections import deque
+from functools import partial
 from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
@@ -63,6 +76,10 @@ CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
     .define("batch.max.bytes", Type.INT, 1024 * 1024, "Most body bytes per batch send.", validator=at_least(1))
     .define("max.pending.messages", Type.INT, 20_000, "Most records of a task sent without an outcome.",
             validator=at_least(1))
+    .define("max.in.flight.batches.per.queue", Type.INT, 1,
+            "Most batches sent to one queue without an outcome. 1 keeps queue (key) order through transient "
+            "failures; more pipelines sends to a queue, and a later batch may then land before a failed one "
+            "is re-sent.", validator=at_least(1))
     .define("auto.create.topics", Type.BOOLEAN, False,
             "Create missing target topics with the source's queue count before the first epoch.")
 )
@@ -167,6 +184,21 @@ class _Target:
         self.rr = itertools.count()
 
 
+class _Lane:
+    """The sends to one target queue: how many are in flight, the batches waiting their turn
+    (oldest first: [records, messages, checkpoint, bytes, alone]), and whether a failure holds the
+    queue until the task's thread has sorted it out."""
+
+    __slots__ = ("target", "index", "busy", "waiting", "blocked")
+
+    def __init__(self, target: _Target, index: int) -> None:
+        self.target = target
+        self.index = index
+        self.busy = 0
+        self.waiting: deque[list] = deque()
+        self.blocked = False
+
+
 class RocketMQSinkTask(QueuedOutcomes, SinkTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
@@ -181,7 +213,11 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         self._batch = cfg["batch.size"]
         self._batch_bytes = cfg["batch.max.bytes"]
         self._max_pending = cfg["max.pending.messages"]
-        self._init_outcomes()  # (records, messages, target, queue index, gen, future) from the client's thread
+        self._max_batches = cfg["max.in.flight.batches.per.queue"]
+        self._merge_count = 4 * self._batch
+        self._lanes: dict[tuple[str, str, int], _Lane] = {}  # (topic, broker name, queue id) -> its sends
+        self._lock = threading.RLock()  # lanes: the task's thread and the client's thread (done callbacks)
+        self._init_outcomes()  # (records, messages, target, queue index, gen, lane, future) from the client's thread
 
     def _target(self, source_topic: str) -> _Target:
         target = self._targets.get(source_topic)
@@ -264,45 +300,101 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 self._send(batch)
 
     def _send(self, batch: list, gen: Outstanding | None = None) -> None:
-        """Send one batch; its outcome counts down ``gen`` (the open checkpoint unless given)."""
-        target, index, records, messages, _size = batch
+        """Send one batch, or queue it behind what is in flight to its queue; its outcome counts
+        down ``gen`` (the open checkpoint unless given)."""
+        target, index, records, messages, size = batch
+        self._queue(target, index, [[records, messages, gen or self._gen, size, False]])
+
+    def _queue(self, target: _Target, index: int, parts: list[list], front: bool = False) -> None:
+        """Count ``parts`` pending and queue them for their queue (in front of what waits: a re-send)."""
+        q = target.queues[index]
+        key = (target.topic, q.broker_name, q.queue_id)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(target, index)
+        for part in parts:
+            n = len(part[0])
+            self._pending += n
+            part[2].left += n
+        with self._lock:
+            lane.target, lane.index = target, index
+            if front:
+                lane.waiting.extendleft(reversed(parts))
+            else:
+                lane.waiting.extend(parts)
+            if not lane.blocked:
+                self._pump(lane)
+
+    def _pump(self, lane: _Lane) -> None:
+        """Send what waits for the queue while it has room (holding the lock: a queue's sends are
+        submitted in its order). Batches that waited go together, up to batch.max.bytes and
+        4 x batch.size messages: one round trip for what piled up while the one before was in flight."""
+        waiting = lane.waiting
+        while waiting and lane.busy < self._max_batches and not lane.blocked:
+            parts = [waiting.popleft()]
+            if not parts[0][4]:
+                count, size = len(parts[0][0]), parts[0][3]
+                while waiting and not waiting[0][4] and count + len(waiting[0][0]) <= self._merge_count \
+                        and size + waiting[0][3] <= self._batch_bytes:
+                    part = waiting.popleft()
+                    parts.append(part)
+                    count += len(part[0])
+                    size += part[3]
+            lane.busy += 1
+            self._dispatch(lane, parts)
+
+    def _dispatch(self, lane: _Lane, parts: list[list]) -> None:
+        target, index = lane.target, lane.index
+        if len(parts) == 1:
+            records, messages = parts[0][0], parts[0][1]
+        else:
+            records = [r for part in parts for r in part[0]]
+            messages = [m for part in parts for m in part[1]]
         q = target.queues[index]
         addr = target.addrs[index]
-        client = self._client
         born = messages[0][2] or None
-        if len(messages) == 1:
-            body, props, _ts = messages[0]
-            fut = client.send(addr, target.topic, q.queue_id, body, props, producer_group=self._group,
-                              born_timestamp=born, broker_name=None)
-        else:
-            items = []
-            for body, props, ts in messages:
-                if ts and ts != born:
-                    props[BORN_TIMESTAMP] = str(ts)
-                items.append((body, props))
-            fut = client.send_batch(addr, target.topic, q.queue_id, items, producer_group=self._group,
-                                    born_timestamp=born)
-        self._watch(records, messages, target, index, gen or self._gen, fut)
+        try:
+            if len(messages) == 1:
+                body, props, _ts = messages[0]
+                fut = self._client.send(addr, target.topic, q.queue_id, body, props, producer_group=self._group,
+                                        born_timestamp=born, broker_name=None)
+            else:
+                items = []
+                for body, props, ts in messages:
+                    if ts and ts != born:
+                        props[BORN_TIMESTAMP] = str(ts)
+                    items.append((body, props))
+                fut = self._client.send_batch(addr, target.topic, q.queue_id, items, producer_group=self._group,
+                                              born_timestamp=born)
+        except Exception as exc:  # noqa: BLE001 - a closed client: an outcome like any other
+            fut = concurrent.futures.Future()
+            fut.set_exception(RetriableError(f"send not submitted: {exc}"))
+        fut.add_done_callback(partial(self._done, (records, messages, target, index, parts, lane)))
 
-    def _watch(self, records, messages, target, index, gen, fut) -> None:
-        arrive = self._arrive
-
-        def done(f, item=(records, messages, target, index, gen)) -> None:  # on the client's loop thread
-            arrive((*item, f))
-
-        self._pending += len(records)
-        gen.left += len(records)
-        fut.add_done_callback(done)
+    def _done(self, item: tuple, fut) -> None:
+        """On the client's thread: queue the outcome; send what waits for the queue if this send
+        was confirmed, else hold the queue for the task's thread (re-send or split first)."""
+        exc = fut.exception()
+        confirmed = exc is None and fut.result().ok
+        self._arrive((*item, fut))
+        lane = item[5]
+        with self._lock:
+            lane.busy -= 1
+            if not confirmed:
+                lane.blocked = True
+            elif not lane.blocked:
+                self._pump(lane)
 
     # -- outcomes ---------------------------------------------------------------------------------
     def _serve(self) -> int:
         outcomes = self._outcomes
         served = 0
         while outcomes:
-            records, messages, target, index, gen, fut = outcomes.popleft()
+            records, messages, target, index, parts, lane, fut = outcomes.popleft()
             n = len(records)
             self._pending -= n
-            gen.left -= n
+            for part in parts:
+                part[2].left -= len(part[0])
             served += n
             exc = fut.exception()
             if exc is None:
@@ -311,6 +403,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                     self._report_transient(records, RetriableError(
                         f"{n} record(s) stored by {target.addrs[index]} without the requested flush "
                         f"({result.status}): sent again"))
+                    served += self._release(lane, fail=result.status)
                 elif self.context.positions is not None:  # offset syncs: where they landed
                     q = target.queues[index]
                     label = (q.broker_name, q.queue_id)
@@ -321,16 +414,43 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             if isinstance(exc, RetriableError):
                 self._report_transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))
                 self._targets = {k: t for k, t in self._targets.items() if t is not target}  # route looked up again
+                served += self._release(lane, fail=exc)
             elif n > 1:
-                # Refused as a batch: each record on its own, so only those the broker refuses fail.
+                # Refused as a batch: each record on its own, in order, ahead of what waits for the
+                # queue, so only those the broker refuses fail (still counted by their checkpoints).
                 if self.context.positions is not None:  # sent after later batches: no offset syncs from them
                     self.context.positions.mark_resent(records)
-                for r, m in zip(records, messages, strict=True):
-                    self._send([target, index, [r], [m], len(m[0])], gen)  # still counted by their checkpoint
+                singles = [[[r], [m], part[2], len(m[0]), True]
+                           for part in parts for r, m in zip(part[0], part[1], strict=True)]
+                self._queue(target, index, singles, front=True)
+                served += self._release(lane)
             else:
                 self.context.errant_record_reporter.report(records[0], DeliveryError(
                     f"record {records[0].position()} refused by {target.addrs[index]}: {exc}"))
+                served += self._release(lane)
         return served
+
+    def _release(self, lane: _Lane, fail=None) -> int:
+        """The task's thread has sorted out a send that was not confirmed: the queue goes on. After
+        a transient failure (``fail``), the batches waiting for the queue are reported transient
+        behind it, in order (the runner re-sends them all before anything new). Returns how many
+        records that settled."""
+        with self._lock:
+            waiting = list(lane.waiting) if fail is not None else []
+            if fail is not None:
+                lane.waiting.clear()
+            lane.blocked = False
+            self._pump(lane)
+        settled = 0
+        for records, _messages, gen, _size, _alone in waiting:
+            n = len(records)
+            self._pending -= n
+            gen.left -= n
+            settled += n
+            self._report_transient(records, RetriableError(
+                f"{n} record(s) not sent to {lane.target.topic}: an earlier send to the queue failed ({fail}); "
+                "re-sent behind it"))
+        return settled
 
     def flush(self, offsets) -> bool:
         return self._settle_all()

@@ -71,8 +71,11 @@ def test_bytearray_and_memoryview_payloads_are_delivered(kafka_pair, unique):
 
 def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair, unique):
     """The callback librdkafka calls is bound to its record at produce time: a transient failure
-    of one of two identical records marks that one, and is a RetriableError."""
+    of one of two identical records marks that one, and is a RetriableError (held until the
+    producer is abandoned, which the next wait for outcomes does)."""
     from confluent_kafka import KafkaError
+
+    from connectors.kafka.sink import _Put
 
     _, dst = kafka_pair
     sink = _sink(dst.bootstrap, f"bound-{unique}")
@@ -89,9 +92,12 @@ def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair
 
         done = sink.checkpoint()
         gen = sink._gen
-        gen.left = 1  # as after one produce bound to this checkpoint
+        put = _Put(0, gen)
+        gen.left = put.left = 1  # as after one produce bound to this checkpoint
         later = sink.checkpoint()
-        sink._on_delivery(b, gen, timed_out, Msg())
+        sink._on_delivery(b, put, 0, timed_out, Msg())
+        assert not later(), "a transient failure counts its checkpoint down once reported"
+        sink.wait_outcomes(0)
         [(record, error)] = sink.context.errant_record_reporter.take()
     finally:
         sink.stop()

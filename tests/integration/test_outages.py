@@ -14,7 +14,7 @@ import time
 import pytest
 from kafka_util import consume_all, create_topic
 from netproxy import TcpProxy
-from pipeline_util import committed_positions, committed_total, kafka_pipeline, make_driver
+from pipeline_util import committed_positions, committed_total, first_copies_out_of_order, kafka_pipeline, make_driver
 
 from worker.embedded import EmbeddedKafka, free_port
 
@@ -130,6 +130,11 @@ def test_target_blackholed_30s_loses_nothing_and_resumes_by_itself(kafka_pair, p
     assert not missing, (f"{len(missing)} records lost ({positions} offsets and {records} records committed), "
                          f"e.g. {_ranges(sorted(missing))[:5]}")
     assert positions >= total, f"{positions} of {total} offsets committed"
+    # Per partition (each key's records stay in one): the first copies come in source order, a
+    # finite message.timeout.ms included (the sink holds the partition until a timed-out record is re-sent).
+    broken = sum(first_copies_out_of_order([int(m.value().decode().split("-")[1]) for m in got if m.partition() == p])
+                 for p in range(parts))
+    assert broken == 0, f"{broken} of {total} records landed out of key order ({len(got) - total} duplicates)"
     assert max(durations) <= EPOCH_BOUND_S, f"longest epoch {max(durations):.1f} s > {EPOCH_BOUND_S} s"
     for r in failures:  # only transient trouble may fail the pair, and the driver restarted it
         assert r.retriable, r.trace
@@ -314,3 +319,72 @@ def test_kafka_sink_checkpoints_complete_only_when_every_record_before_them_is_a
         sink.stop()
     got = consume_all(broker.bootstrap, topic, [0, 1], 1000)
     assert _values(got) == set(range(1000))
+
+
+def test_kafka_sink_timeout_abandons_the_producer_and_reports_in_put_order(proxied_target, unique):
+    """With message.timeout.ms set, the sink owns the timeout: once the oldest record waits longer,
+    the producer is abandoned and every record without an outcome is reported transient in put
+    order (across partitions), a batch put at that moment after them; a fresh producer then
+    delivers the re-sent records, in order."""
+    from connect.errors import RetriableError
+    from connect.records import ConnectRecord
+    from connect.sink import SinkTaskContext
+    from connectors.kafka.sink import KafkaSinkTask
+
+    broker, proxy = proxied_target
+    topic = f"abandon-{unique}"
+    create_topic(broker.bootstrap, topic, 2)
+    config = {"bootstrap.servers": broker.bootstrap, "topic": topic, "producer.override.message.timeout.ms": "2000"}
+    sink = KafkaSinkTask()
+    sink.context = SinkTaskContext("abandon-0", config)
+    sink.start(config, sink.context)
+    sink.context.deadline = time.monotonic() + 60
+    sp = [{"topic": "s", "partition": p} for p in (0, 1)]
+    records = [ConnectRecord("s", str(i).encode(), f"v-{i}".encode(), None, 0, sp[i % 2], {"offset": i}, i % 2)
+               for i in range(1200)]
+    try:
+        sink.put(records[:100])  # connected, with metadata
+        first = sink.checkpoint()
+        while not first():
+            sink.wait_outcomes(0.1)
+        assert sink.context.errant_record_reporter.take() == []
+        proxy.blackhole()
+        for start in range(100, 1000, 300):
+            sink.put(records[start:start + 300])
+        sink.wait_outcomes(1.0)
+        assert sink.context.errant_record_reporter.take() == []  # not yet timed out
+        time.sleep(1.2)
+        sink.put(records[1000:1200])  # the timeout is due: abandoned first, this batch goes behind
+        second = sink.checkpoint()
+        assert second(), "every record has an outcome: the abandoned ones are reported"
+        failed = sink.context.errant_record_reporter.take()
+        assert [r for r, _ in failed] == records[100:1200], "reported in put order"
+        assert all(isinstance(e, RetriableError) for _, e in failed)
+        assert "timed out after 2000 ms (producer.override.message.timeout.ms)" in str(failed[0][1])
+        proxy.restore()
+        sink.put([r for r, _ in failed])  # the runner's re-send, to the fresh producer
+        third = sink.checkpoint()
+        deadline = time.monotonic() + 30
+        while not third() and time.monotonic() < deadline:
+            sink.wait_outcomes(0.1)
+        assert third() and sink.context.errant_record_reporter.take() == []
+    finally:
+        proxy.restore()
+        sink.stop()
+    got = consume_all(broker.bootstrap, topic, [0, 1], 1200)
+    for p in (0, 1):
+        values = [int(m.value().decode().split("-")[1]) for m in got if m.partition() == p]
+        assert first_copies_out_of_order(values) == 0 and set(values) == set(range(p, 1200, 2))
+
+
+@pytest.mark.parametrize("value", ["-1", "5s", "1.5", True])
+def test_a_bad_delivery_timeout_is_a_config_error_naming_the_key(value):
+    from connect.errors import ConfigError
+    from connect.sink import SinkTaskContext
+    from connectors.kafka.sink import KafkaSinkConnector, KafkaSinkTask
+
+    config = {"bootstrap.servers": "127.0.0.1:1", "producer.override.message.timeout.ms": value}
+    [issue] = KafkaSinkConnector.validate(config)
+    assert issue.key == "producer.override.message.timeout.ms" and "whole number of milliseconds" in issue.message
+    with pytest.raises(ConfigError, match="producer.override.message.timeout.ms"):
+        KafkaSinkTask().start(config, SinkTaskContext("bad-0", config))
