@@ -10,8 +10,10 @@ import attrs
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_util import consume_all, create_topic
+from netproxy import TcpProxy
+from pipeline_util import first_copies_out_of_order
 
-from connect.errors import DeliveryError
+from connect.errors import DeliveryError, RetriableError
 from connect.records import partition_key
 from connect.sink import SinkTaskContext
 from connect.tasks.policy import RunnerPolicy
@@ -19,6 +21,7 @@ from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
 from connectors.kafka import KafkaSinkConnector, KafkaSinkTask, KafkaSourceTask
 from connectors.kafka.native import KafkaCodec
+from worker.embedded import EmbeddedKafka, free_port
 
 BIG = ("pad", b"p" * 3000)  # over the sink's message.max.bytes (2000) below, not over the DLQ's
 
@@ -66,6 +69,29 @@ def _run(runner: TaskPairRunner, until: int, epochs: int = 20) -> tuple[dict, in
         if moved >= until and not result.stats["in_flight"]:
             break
     return committed, moved
+
+
+def _consume(bootstrap: str, topic: str, parts: int, n: int) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "native", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+    msgs: list = []
+    deadline = time.monotonic() + 30
+    while len(msgs) < n and time.monotonic() < deadline:
+        msgs.extend(m for m in c.consume(1000, 0.5) if m.error() is None)
+    c.close()
+    assert len(msgs) == n
+    return msgs
+
+
+@pytest.fixture(scope="module")
+def proxied_target(tmp_path_factory):
+    port = free_port()
+    proxy = TcpProxy(port)
+    broker = EmbeddedKafka(port=port, advertised_port=proxy.port,
+                           log_path=tmp_path_factory.mktemp("proxied") / "tansu.log").start()
+    yield broker, proxy
+    proxy.close()
+    broker.stop()
 
 
 def _policy(**kw) -> RunnerPolicy:
@@ -167,3 +193,58 @@ def test_the_native_path_writes_what_the_record_path_writes(kafka_pair, unique, 
     by_key = {v[0]: v for _, v in out[True][names[0]]}
     assert by_key[b"k10"][2] == [("z", b"1"), ("ROCKETMQ_REPLICATOR_SOURCE", b"X,Y,A")]
     assert b"k12" not in by_key
+
+
+def test_a_native_put_after_the_delivery_timeout_abandons_the_producer_and_reports_in_put_order(
+        kafka_pair, proxied_target, unique):
+    """The sink's own delivery timeout (part of the rule that a transient failure holds its
+    partition) on the native path: every message without an outcome is reported transient, as its
+    own record, in put order across partitions, a native batch put at that moment after them; a
+    fresh producer then delivers the re-sent records, in order."""
+    src, _ = kafka_pair
+    broker, proxy = proxied_target
+    topic, target = f"natabandon-{unique}", f"natabandon-{unique}-out"
+    create_topic(src.bootstrap, topic, 2)
+    create_topic(broker.bootstrap, target, 2)
+    _fill(src.bootstrap, topic, [(i % 2, str(i).encode(), f"v-{i}".encode(), None, 1_700_000_000_000 + i)
+                                 for i in range(1200)])
+    msgs = sorted(_consume(src.bootstrap, topic, 2, 1200), key=lambda m: int(m.key()))
+    codec = KafkaCodec({topic: {p: {"topic": topic, "partition": p} for p in (0, 1)}})
+    config = {"bootstrap.servers": broker.bootstrap, "topic": target, "producer.override.message.timeout.ms": "2000"}
+    sink = KafkaSinkTask()
+    sink.context = SinkTaskContext("natabandon-0", config)
+    sink.start(config, sink.context)
+    sink.context.deadline = time.monotonic() + 60
+    try:
+        sink.put_native(codec.batch(msgs[:100]))  # connected, with metadata
+        first = sink.checkpoint()
+        while not first():
+            sink.wait_outcomes(0.1)
+        assert sink.context.errant_record_reporter.take() == []
+        proxy.blackhole()
+        for start in range(100, 1000, 300):
+            sink.put_native(codec.batch(msgs[start:start + 300]))
+        sink.wait_outcomes(1.0)
+        assert sink.context.errant_record_reporter.take() == []  # not yet timed out
+        time.sleep(1.2)
+        sink.put_native(codec.batch(msgs[1000:1200]))  # the timeout is due: abandoned first, this batch behind
+        second = sink.checkpoint()
+        assert second(), "every record has an outcome: the abandoned ones are reported"
+        failed = sink.context.errant_record_reporter.take()
+        assert [r.key for r, _ in failed] == [str(i).encode() for i in range(100, 1200)], "reported in put order"
+        assert [r.source_offset["offset"] for r, _ in failed] == [m.offset() for m in msgs[100:1200]]
+        assert all(isinstance(e, RetriableError) for _, e in failed)
+        proxy.restore()
+        sink.put([r for r, _ in failed])  # the runner's re-send (records), to the fresh producer
+        third = sink.checkpoint()
+        deadline = time.monotonic() + 30
+        while not third() and time.monotonic() < deadline:
+            sink.wait_outcomes(0.1)
+        assert third() and sink.context.errant_record_reporter.take() == []
+    finally:
+        proxy.restore()
+        sink.stop()
+    got = consume_all(broker.bootstrap, target, [0, 1], 1200)
+    for p in (0, 1):
+        values = [int(m.value().decode().split("-")[1]) for m in got if m.partition() == p]
+        assert first_copies_out_of_order(values) == 0 and set(values) == set(range(p, 1200, 2))

@@ -189,19 +189,29 @@ def test_fused_replication_decides_as_the_record_stages(policy, max_hops, topolo
 def test_delivery_slots_are_reused_once_reported_and_never_shared():
     from connectors.kafka.delivery import DeliverySlots
 
-    class Gen:
-        left = 0
+    class Count:
+        def __init__(self, gen=None):
+            self.left, self.gen = 0, gen
 
     failures = []
-    slots = DeliverySlots(lambda batch, i, err, msg: failures.append((batch, i, err)))
-    gen = Gen()
-    taken = [slots.take() for _ in range(3)]
-    assert len({id(s) for s in taken}) == 3  # in flight together: one slot each
+
+    def outcome(batch, i, put, err, msg) -> bool:
+        failures.append((batch, i, err))
+        return err == "held"  # a transient failure is held: counted down later, not now
+
+    slots = DeliverySlots(outcome)
+    put = Count(Count())
+    taken = [slots.take() for _ in range(4)]
+    assert len({id(s) for s in taken}) == 4  # in flight together: one slot each
     for i, slot in enumerate(taken):
-        slot.batch, slot.i, slot.gen = "batch", i, gen
-        gen.left += 1
+        slot.batch, slot.i, slot.put = "batch", i, put
+        put.left += 1
+        put.gen.left += 1
     taken[1].report("too large", None)
+    taken[2].report("held", None)
     taken[0].report(None, None)
-    assert failures == [("batch", 1, "too large")] and gen.left == 1
-    assert slots.take() is taken[0] and slots.take() is taken[1]  # back in the pool once reported
-    assert slots.take() not in taken  # taken[2] has not reported: a new slot
+    assert failures == [("batch", 1, "too large"), ("batch", 2, "held")]
+    assert put.left == put.gen.left == 2  # the held one and the one not reported yet
+    assert slots.take() is taken[0] and slots.take() is taken[2]  # back in the pool once reported
+    assert slots.take() is taken[1]
+    assert slots.take() not in taken  # taken[3] has not reported: a new slot
