@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -10,6 +11,41 @@ from worker.driver import Driver
 from worker.pipeline import parse_pipeline
 from worker.spark import SparkExecutor
 from worker.store import OffsetStore
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+BROKERS = frozenset({"tansu", "pulsar-lite"})  # process names of the embedded brokers
+
+
+def _stat(pid: str) -> tuple[str, list[str]] | None:
+    """(process name, the fields after it) of ``/proc/<pid>/stat``; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+
+
+def tree_cpu(root: int, skip: frozenset[str] = BROKERS) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and all its descendants - a mirror's
+    whole process tree: its Spark JVM (a session of its own) and the JVM's Python workers
+    included - except processes named in ``skip`` and theirs (the embedded brokers a benchmark
+    process started). Processes that ended are not counted: take both readings while it runs."""
+    stats = {pid: st for pid in os.listdir("/proc") if pid.isdigit() and (st := _stat(pid)) is not None}
+    children: dict[str, list[str]] = {}
+    for pid, (_, fields) in stats.items():
+        children.setdefault(fields[1], []).append(pid)  # fields[1]: the parent's pid
+    total, todo = 0, [str(root)]
+    while todo:
+        pid = todo.pop()
+        st = stats.get(pid)
+        if st is None or st[0] in skip:
+            continue
+        total += int(st[1][11]) + int(st[1][12])  # utime, stime
+        todo.extend(children.get(pid, ()))
+    return total / _TICK
 
 
 def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partitions: int,
@@ -35,11 +71,13 @@ def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partit
     assert p.flush(60) == 0
 
 
-def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: int) -> float:
+def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: int,
+                cpu: list[float] | None = None) -> float:
     """Seconds for ``records`` records to move and be acknowledged in one epoch of ``config`` (a
     pipeline's keys; epoch bounds are set here), after a first epoch that only persists start
     positions. A stop follows the epoch and drains what is still in flight, as a raw loop's final
-    flush does, so the time covers every acknowledgement."""
+    flush does, so the time covers every acknowledgement. ``cpu``: gets the CPU seconds this
+    process tree (driver, Spark JVM, Python workers; not the brokers) used in that time."""
     pipeline = parse_pipeline({"name": name, "config": {
         **config, "tasks.max": str(tasks), "epoch.max.ms": "600000", "epoch.max.records": str(records // tasks),
         "max.in.flight.records": "100000"}})
@@ -47,11 +85,14 @@ def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: i
         store = OffsetStore(data)
         driver = Driver(SparkExecutor(spark), store, [pipeline])
         driver.run_epoch()
+        c0 = tree_cpu(os.getpid())
         t0 = time.perf_counter()
         results = driver.run_epoch()
         driver.stop_event.set()
         tail = driver.run_epoch()
         elapsed = time.perf_counter() - t0
+        if cpu is not None:
+            cpu.append(tree_cpu(os.getpid()) - c0)
         driver.close()
         store.close()
     inside = max(r.ended_at for r in results) - min(r.started_at for r in results)

@@ -12,6 +12,9 @@ consumer in this process reads the target topic from the start, noting when each
   latency = arrival at the target - record timestamp (set at produce time, kept by the mirror),
   the first 5 s left out. Against the raw loop and against no mirror at all (the watcher reads
   the source topic). p50/p95/p99/max, and p99 per second so spikes at epoch ends show.
+- CPU per record (throughput rounds): user + system CPU of the mirror's whole process tree (the
+  `connect run` process, its Spark JVM and Python workers; the raw loop's process) between the 10%
+  and 90% arrival marks, divided by the records that arrived in between (``bench_util.tree_cpu``).
 
 Usage: python bench/e2e.py [--records 600000] [--rounds 3] [--rate 20000] [--seconds 25]
        [--epoch-ms N] [--only throughput|latency]
@@ -34,6 +37,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench_util import tree_cpu  # noqa: E402
 
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
 from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
@@ -127,9 +132,11 @@ def stop(proc: subprocess.Popen) -> None:
 
 # -- the watcher ---------------------------------------------------------------------------------
 def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subprocess.Popen | None = None,
-          latency: bool = True, probe: bool = False):
+          latency: bool = True, probe: bool = False, cpu: dict | None = None):
     """Read ``topic`` from the start until ``expected`` records arrived: [(arrival, count, [latencies ms])].
-    The probe record (key ``probe``) counts only with ``probe=True``."""
+    The probe record (key ``probe``) counts only with ``probe=True``. ``cpu``: gets the CPU seconds of
+    ``proc``'s process tree when 10% and 90% of the records had arrived (keys 0.1 and 0.9, with the
+    counts then under ``("n", mark)``)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watcher", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 10, "topic.metadata.refresh.interval.ms": 500})
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
@@ -145,6 +152,10 @@ def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subpr
             now = time.time()
             good = [m for m in msgs if m.error() is None and (probe or m.key() != b"probe")]
             seen += len(good)
+            if cpu is not None and proc is not None:
+                for mark in (0.1, 0.9):
+                    if mark not in cpu and seen >= mark * expected:
+                        cpu[mark], cpu[("n", mark)] = tree_cpu(proc.pid), seen
             arrivals.append((now, len(good), [now * 1000 - m.timestamp()[1] for m in good] if latency else ()))
     finally:
         c.close()
@@ -179,13 +190,15 @@ def throughput_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, records: int,
         produce(a.bootstrap, topic, records, 0, value_size)
         launched = time.time()
         proc = start_mirror(kind, a.bootstrap, b.bootstrap, topic, target, work, epoch_ms)
+        cpu: dict = {}
         try:
-            arrivals = watch(b.bootstrap, target, records, 600, proc, latency=False)
+            arrivals = watch(b.bootstrap, target, records, 600, proc, latency=False, cpu=cpu)
         finally:
             stop(proc)
-        out[kind] = (steady_rate(arrivals, records), arrivals[0][0] - launched)
-        print(f"    {kind:<10} {out[kind][0]:>10,.0f} msg/s steady, first record {out[kind][1]:.1f} s after launch",
-              flush=True)
+        us = (cpu[0.9] - cpu[0.1]) / max(cpu[("n", 0.9)] - cpu[("n", 0.1)], 1) * 1e6
+        out[kind] = (steady_rate(arrivals, records), arrivals[0][0] - launched, us)
+        print(f"    {kind:<10} {out[kind][0]:>10,.0f} msg/s steady, first record {out[kind][1]:.1f} s after launch, "
+              f"CPU {us:.2f} us/record", flush=True)
     return out
 
 
@@ -276,9 +289,16 @@ def main() -> None:
         two = [r["connect-2"][0] / r["connect-1"][0] for r in thr]
         print(f"steady state, 1 pair / raw loop:   {_span(one, '.2f')}   per round: {', '.join(f'{x:.2f}' for x in one)}")
         print(f"steady state, 2 pairs / 1 pair:    {_span(two, '.2f')}   per round: {', '.join(f'{x:.2f}' for x in two)}")
+        cpu_one = [r["connect-1"][2] / r["raw"][2] for r in thr]
+        cpu_two = [r["connect-2"][2] / r["connect-1"][2] for r in thr]
+        print(f"CPU per record, 1 pair / raw loop: {_span(cpu_one, '.2f')}   per round: "
+              f"{', '.join(f'{x:.2f}' for x in cpu_one)}   (target <= 1.25)")
+        print(f"CPU per record, 2 pairs / 1 pair:  {_span(cpu_two, '.2f')}   per round: "
+              f"{', '.join(f'{x:.2f}' for x in cpu_two)}   (target <= 1.05)")
         for kind in ("raw", "connect-1", "connect-2"):
             print(f"{kind:<10} msg/s {_span([r[kind][0] for r in thr], ',.0f')}, first record after launch "
-                  f"{_span([r[kind][1] for r in thr], '.1f')} s")
+                  f"{_span([r[kind][1] for r in thr], '.1f')} s, CPU {_span([r[kind][2] for r in thr], '.2f')} "
+                  "us/record")
     if lat:
         for kind in ("none", "raw", "connect-1"):
             print(f"latency {kind:<10} " + "  ".join(f"{q} {_span([r[kind][q] for r in lat], '.0f')} ms"

@@ -9,6 +9,10 @@ topic (2 partitions), so the ratios compare like with like:
   (which drains what is in flight), timed from job submission until the driver has the committed
   offsets (task start, drain and Spark job overhead included). The Spark session and its Python
   workers are started, and the one-time epoch that persists start positions has run, before timing.
+- CPU per record: user + system CPU of this process tree (the bench process, the Spark JVM, the
+  Python workers; not the brokers, which run in sessions of their own) over the same timed span,
+  divided by the records moved (``bench_util.tree_cpu``). The raw loop runs in the bench process,
+  so the idle Spark JVM counts for it too.
 
 Usage: python bench/kafka_mirror.py [--records 200000] [--rounds 2] [--value-size 100] [--offset-syncs MAX_LAG]
 
@@ -19,6 +23,7 @@ Usage: python bench/kafka_mirror.py [--records 200000] [--rounds 2] [--value-siz
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -28,7 +33,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_util import fill_kafka, timed_epoch  # noqa: E402
+from bench_util import fill_kafka, timed_epoch, tree_cpu  # noqa: E402
 
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
 from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
@@ -73,11 +78,20 @@ def raw_loop(src: str, dst: str, topic: str, target: str, records: int) -> float
 
 
 def framework_epoch(spark, src: str, dst: str, topic: str, target: str, records: int, tasks: int,
-                    **extra: str) -> float:
+                    cpu: list[float] | None = None, **extra: str) -> float:
     return timed_epoch(spark, f"bench-{target}", {
         "source.connector.class": "kafka", "source.bootstrap.servers": src, "source.topics": topic,
         "source.refresh.topics.interval.ms": "0",
-        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target, **extra}, records, tasks)
+        "sink.connector.class": "kafka", "sink.bootstrap.servers": dst, "sink.topic": target, **extra}, records, tasks,
+        cpu)
+
+
+def raw_cpu(src: str, dst: str, topic: str, target: str, records: int, cpu: list[float]) -> float:
+    """:func:`raw_loop`, its CPU seconds (this process tree) appended to ``cpu``."""
+    c0 = tree_cpu(os.getpid())
+    elapsed = raw_loop(src, dst, topic, target, records)
+    cpu.append(tree_cpu(os.getpid()) - c0)
+    return elapsed
 
 
 def offset_syncs_rounds(spark, a: str, b: str, topic: str, records: int, rounds: int, max_lag: int) -> None:
@@ -124,13 +138,18 @@ def main() -> None:
             spark.stop()
             return
         times: dict[str, list[float]] = {"raw": [], "fw1": [], "fw2": []}
+        cpu: dict[str, list[float]] = {"raw": [], "fw1": [], "fw2": []}
         for rnd in range(args.rounds):
-            times["raw"].append(raw_loop(a.bootstrap, b.bootstrap, topic, f"raw-{rnd}", records))
-            times["fw1"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw1-{rnd}", records, 1))
-            times["fw2"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw2-{rnd}", records, 2))
+            times["raw"].append(raw_cpu(a.bootstrap, b.bootstrap, topic, f"raw-{rnd}", records, cpu["raw"]))
+            times["fw1"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw1-{rnd}", records, 1,
+                                                cpu["fw1"]))
+            times["fw2"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw2-{rnd}", records, 2,
+                                                cpu["fw2"]))
             print(f"round {rnd + 1}: " + "  ".join(f"{k} {records / v[-1]:,.0f} msg/s" for k, v in times.items())
                   + f"  | 1 task/raw {times['raw'][-1] / times['fw1'][-1]:.2f}"
-                  + f"  2 tasks/1 task {times['fw1'][-1] / times['fw2'][-1]:.2f}", flush=True)
+                  + f"  2 tasks/1 task {times['fw1'][-1] / times['fw2'][-1]:.2f}"
+                  + "  | CPU us/record " + " ".join(f"{k} {v[-1] / records * 1e6:.2f}" for k, v in cpu.items()),
+                  flush=True)
         spark.stop()
 
     rate = {k: records / statistics.median(v) for k, v in times.items()}
@@ -145,6 +164,11 @@ def main() -> None:
           "   (target >= 0.90)")
     print(f"ratio 2 tasks / 1 task    {rate['fw2'] / rate['fw1']:.2f} of medians, {paired_2:.2f} median of rounds"
           "   (target >= 1.8)")
+    us = {k: statistics.median(v) / records * 1e6 for k, v in cpu.items()}
+    print(f"CPU per record            raw {us['raw']:.2f} us, 1 task {us['fw1']:.2f} us, 2 tasks {us['fw2']:.2f} us "
+          "(median of rounds; this process tree)")
+    print(f"CPU 1 task / raw          {us['fw1'] / us['raw']:.2f}   (target <= 1.25)")
+    print(f"CPU 2 tasks / 1 task      {us['fw2'] / us['fw1']:.2f}   (target <= 1.05)")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import threading
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
+from connect.batch import NativeBatch, NativeCodec
 from connect.config import ConfigDef, Type, at_least
 from connect.connector import SinkConnector, SourceConnector
 from connect.errors import RetriableError
@@ -28,7 +29,33 @@ from connect.source import SourceTask
 __all__ = ["MemorySourceConnector", "MemorySourceTask", "MemorySinkConnector", "MemorySinkTask", "MemorySideWriter"]
 
 
+class MemoryCodec(NativeCodec):
+    """The memory source's native messages: ``(partition, index)`` tuples (``connect.batch``)."""
+
+    def __init__(self, topic: str, partitions: dict[int, dict]):
+        self.partitions = partitions
+        self.topic_name = topic
+        self.topic_getter = self.topic
+        self.header_getter = self.headers
+
+    def record(self, m: tuple[int, int]) -> ConnectRecord:
+        p, i = m
+        return ConnectRecord(self.topic_name, str(i).encode(), f"{self.topic_name}-{p}-{i}".encode(),
+                             (("i", str(i).encode()),), 1_700_000_000_000 + i, self.partitions[p], {"offset": i}, p)
+
+    def topic(self, m: tuple[int, int]) -> str:
+        return self.topic_name
+
+    def headers(self, m: tuple[int, int]) -> list:
+        return [("i", str(m[1]).encode())]
+
+    def payload_bytes(self, messages: list) -> int:
+        return sum(len(str(i)) + len(f"{self.topic_name}-{p}-{i}") for p, i in messages)
+
+
 class MemorySourceTask(SourceTask):
+    native_kind = "memory"  # ``poll`` returns native batches of (partition, index) when allowed
+
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = MemorySourceConnector.config_def().parse(config)
         self.topic = cfg["topic"]
@@ -48,6 +75,8 @@ class MemorySourceTask(SourceTask):
         if self.poll_failures > 0:
             self.poll_failures -= 1
             raise RetriableError("memory source: injected poll failure")
+        if self.context.native_batches:
+            return self._native()
         out = []
         for p, sp in self.partitions.items():
             start = self.next[p]
@@ -57,6 +86,19 @@ class MemorySourceTask(SourceTask):
                                          (("i", str(i).encode()),), 1_700_000_000_000 + i, sp, {"offset": i}, p))
             self.next[p] = end
         return out
+
+    def _native(self) -> NativeBatch:
+        items = []
+        for p in self.partitions:
+            start = self.next[p]
+            end = min(start + self.batch, self.records)
+            items.extend((p, i) for i in range(start, end))
+            self.next[p] = end
+        codec = MemoryCodec(self.topic, self.partitions)
+        last = {}
+        for p, i in {p: (p, i) for p, i in items}.values():
+            last[id(self.partitions[p])] = codec.record((p, i))
+        return NativeBatch("memory", items, codec, last, self.topic)
 
     def lag(self) -> int:
         return sum(self.records - n for n in self.next.values())
@@ -126,6 +168,14 @@ class MemorySinkTask(SinkTask):
             self.put_failures -= 1
             raise RetriableError("memory sink: injected put failure")
         self.buffer.extend(records)
+
+    native_kinds = frozenset({"memory"})
+    native_puts = 0  # native batches taken (tests check which path a pair took)
+
+    def put_native(self, batch: NativeBatch) -> None:
+        """Records of a native batch are built here, each with the overlays the stages set."""
+        self.put(batch.records())
+        MemorySinkTask.native_puts += 1
 
     def flush(self, offsets) -> None:
         reporter = self.context.errant_record_reporter

@@ -179,6 +179,15 @@ class SinkTask:
     def put(self, records: Sequence[ConnectRecord]) -> None:
         raise NotImplementedError
 
+    # Kinds of ``connect.batch.NativeBatch`` this sink produces from (``put_native``): a pair whose
+    # source's ``native_kind`` is one of them may move native batches (see ``connect.batch``).
+    native_kinds: frozenset[str] = frozenset()
+
+    def put_native(self, batch) -> None:
+        """``put`` for a native batch: the same contract, every outcome tied to its own message
+        (a failure reported with ``batch.record(i)``, the record of that message)."""
+        raise NotImplementedError
+
     def flush(self, offsets: Mapping[str, SourceOffset]) -> bool | None:
         """Block until every record put so far was acknowledged or reported as failed, at most
         ``context.time_left()`` seconds; return ``False`` if time ran out first."""

@@ -67,6 +67,9 @@ class SourceTaskContext:
         self.offset_storage_reader = offset_storage_reader
         self.deadline = float("inf")  # time.monotonic() value; the runner moves it each epoch
         self.failures: list = []  # (record, error) pairs the RIP-45 hooks are being asked about
+        # Set by the runner before ``start``: ``poll`` may return a ``connect.batch.NativeBatch`` of the
+        # source's ``native_kind`` (the pair's sink produces from it and no stage needs records).
+        self.native_batches = False
 
     def time_left(self) -> float:
         """Seconds the current call may still block (0 when the deadline has passed)."""
@@ -75,6 +78,10 @@ class SourceTaskContext:
 
 class SourceTask:
     """Reads records from a source system. Subclass and implement ``start``, ``poll``, ``stop``."""
+
+    # The kind of ``connect.batch.NativeBatch`` ``poll`` returns when ``context.native_batches``
+    # (None: never; records only).
+    native_kind: str | None = None
 
     def __init__(self) -> None:
         self.context: SourceTaskContext | None = None

@@ -58,6 +58,11 @@ class RunnerPolicy:
     retry_delay_max_ms: int = setting(
         "errors.retry.delay.max.ms", Type.INT, 5_000, "Longest wait between retries (backoff doubles from 100 ms).",
         validator=in_range(1, HOUR_MS))
+    native_batches: bool = setting(
+        "native.batches", Type.BOOLEAN, True,
+        "Move the source client's own messages to the sink without building a record per message where the "
+        "path allows it (a sink of the source's kind; no transform, no non-identity converter, no offset syncs; "
+        "replication stages are applied to headers). false: always build records.")
     tolerance_all: bool = setting(
         "errors.tolerance", Type.STRING, "none",
         "none: a record that fails after retries, hooks and DLQ fails the task; all: skip and count it.",

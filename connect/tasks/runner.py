@@ -47,6 +47,7 @@ import traceback
 from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
+from connect.batch import NativeBatch, native_allowed
 from connect.errors import ConnectError, RetriableError, RetriesExhaustedError, TaskFailedError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
@@ -172,6 +173,7 @@ class TaskPairRunner:
             [*listeners, OffsetSyncListener.for_policy(policy, offset_syncs_factory, self.name)], self.name)
         try:
             self._listeners.attach(self.sink.context)
+            self._native = self._native_path(policy)
             self.source.start(source_config, self.source.context)
             try:
                 self.sink.start(sink_config, self.sink.context)
@@ -181,6 +183,16 @@ class TaskPairRunner:
         except BaseException:
             self._chain.close()  # the transforms configured for this pair (a restart builds new ones)
             raise
+
+    def _native_path(self, policy: RunnerPolicy) -> bool:
+        """Whether this pair moves native batches (``connect.batch``); tells the source."""
+        native, why = native_allowed(self.source, self.sink, self._chain.native, policy.native_batches, {
+            "the source wants commit_record": self._wants_commit_record,
+            "offset syncs follow every record": self.sink.context.positions is not None})
+        if not native and getattr(self.source, "native_kind", None) is not None:
+            log.info("[%s] moves records, not native batches: %s", self.name, why)
+        self.source.context.native_batches = native
+        return native
 
     # -- time --------------------------------------------------------------------------------
     def _set_deadline(self, deadline: float) -> None:
@@ -345,6 +357,7 @@ class TaskPairRunner:
         max_in_flight = self.policy.max_in_flight_records
         checkpoint_every = self._checkpoint_every if self._async else max_in_flight
         chain = self._chain.apply if self._chain else None
+        native_chain = self._chain.native if self._native else None
         stage_failures = self._stage_failures
         retry, time_left = self._retry, self._time_left
         polled = self._polled
@@ -378,15 +391,24 @@ class TaskPairRunner:
             batch = retry.call("source poll", self.source.poll, time_left)
             if not batch:
                 continue
+            native = batch.__class__ is NativeBatch
             # Last record per source partition; offsets follow what was polled, whatever the stages
             # make of it: a record a stage failed advances its partition only once resolved.
-            last = {id(r.source_partition): r for r in batch}
+            # A native batch knows its own (offsets per batch, not per record).
+            last = batch.last if native else {id(r.source_partition): r for r in batch}
             polled.update(last)
             if self._opened.unknown(last):
                 new = self._opened.new(last)
                 if new:
                     self.sink.open(new)
-            if chain is not None:  # replication, converters, transforms
+            if native:
+                if native_chain is not None:  # header-only stages: overlays, no records
+                    batch, dropped = native_chain(batch)
+                    if dropped:
+                        stats.filtered += dropped
+                    if not batch:
+                        continue
+            elif chain is not None:  # replication, converters, transforms
                 batch, dropped, failed = chain(batch)
                 if dropped:
                     stats.filtered += dropped
@@ -394,17 +416,21 @@ class TaskPairRunner:
                     stage_failures.extend(failed)
                 if not batch:
                     continue
+            put = self.sink.put_native if native else self.sink.put
             try:
-                retry.call("sink put", lambda b=batch: self.sink.put(b), time_left)
+                retry.call("sink put", lambda b=batch, p=put: p(b), time_left)
             except EpochOver:
                 # The sink did not take the batch in time, and its offsets are in this generation
                 # already: it goes out first next time (no commit point passes records not sent).
-                self._defer(batch, stats)
+                self._defer(batch.records() if native else batch, stats)
                 raise
-            try:  # payload bytes, at C speed when every key and value is bytes or None
-                size = sum(map(len, filter(None, map(_VALUE, batch)))) + sum(map(len, filter(None, map(_KEY, batch))))
-            except TypeError:
-                size = _payload_bytes(batch)
+            if native:
+                size = batch.payload_bytes()
+            else:
+                try:  # payload bytes, at C speed when every key and value is bytes or None
+                    size = sum(map(len, filter(None, map(_VALUE, batch)))) + sum(map(len, filter(None, map(_KEY, batch))))
+                except TypeError:
+                    size = _payload_bytes(batch)
             self._sent(batch)
             stats.records += len(batch)
             stats.bytes += size

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from connect.converters import BytesConverter, converter_for
 from connect.errors import ConnectError, ConversionError
 from connect.records import ConnectRecord, make_record
+from connect.tasks.fused import FusedReplication
 from connect.tasks.replication import TopicNaming, replication_stages
 from connect.transforms.topics import DROPPED, TopicRoute, topic_routes
 
@@ -147,10 +148,16 @@ def _converted(r: ConnectRecord, key_fn: Callable[[Any], Any], value_fn: Callabl
 
 
 class StageChain:
-    """The stages of one pair, in order. :meth:`apply` returns (records to put, dropped, failures)."""
+    """The stages of one pair, in order. :meth:`apply` returns (records to put, dropped, failures).
 
-    def __init__(self, stages: Sequence[Stage]):
+    ``native``: what the chain does to a native batch (:class:`~connect.batch.NativeBatch`):
+    None when it has nothing to do, a callable ``(batch) -> (batch, dropped)`` when its stages read
+    and write headers and topic names only (the fused replication step, ``connect.tasks.fused``),
+    False when a stage needs records (the pair then moves records)."""
+
+    def __init__(self, stages: Sequence[Stage], native: Callable | None | bool = False):
         self.stages = [s for s in stages if s is not None]
+        self.native = None if not self.stages else native
 
     def __bool__(self) -> bool:
         return bool(self.stages)
@@ -165,9 +172,10 @@ class StageChain:
         return batch, n - len(batch) - len(failures), failures
 
     def close(self) -> None:
-        for stage in self.stages:
+        for stage in [*self.stages, getattr(self.native, "__self__", None)]:
             try:
-                stage.close()
+                if stage is not None:
+                    stage.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
 
@@ -178,10 +186,12 @@ def build_chain(policy, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, An
     """The chain of a pair: the replication stages (when ``policy`` names both cluster aliases;
     ``connect.tasks.replication``), then decode, the transforms (``(name, apply)`` steps), encode."""
     stages: list[Stage] = []
+    native: Callable | None | bool = None
     if policy.source_alias and policy.target_alias:
-        stages.extend(replication_stages(
-            policy.source_alias, policy.target_alias, prop=policy.origin_property, max_hops=policy.max_hops,
-            policy=policy.topic_policy, separator=policy.policy_separator, topology=policy.topology))
+        replication = dict(prop=policy.origin_property, max_hops=policy.max_hops, policy=policy.topic_policy,
+                           separator=policy.policy_separator, topology=policy.topology)
+        stages.extend(replication_stages(policy.source_alias, policy.target_alias, **replication))
+        native = FusedReplication(policy.source_alias, policy.target_alias, **replication).apply
     conv = ConvertStage(source_cfg, sink_cfg)
     steps: list = []
     if conv.decodes:
@@ -191,7 +201,8 @@ def build_chain(policy, source_cfg: Mapping[str, Any], sink_cfg: Mapping[str, An
         steps.append(("sink converter", conv.encode))
     if steps:
         stages.append(RecordStages(steps, closers))
-    return StageChain(stages)
+        native = False
+    return StageChain(stages, native)
 
 
 def target_routes(policy, transforms, topics: Iterable[str]) -> dict[str, TopicRoute]:

@@ -14,6 +14,10 @@
   down, so the runner commits up to the last checkpoint with nothing in flight, and an epoch
   ends without draining the producer. ``flush`` (final drains, the dead-letter topic) waits
   until librdkafka holds no message or the epoch's time is up.
+- Native batches (``put_native``, ``connect.batch``): a Kafka source's consumed messages are
+  produced as they are, with the same bookkeeping as ``put``; a message's report is bound to it by
+  a reusable delivery slot (``connectors.kafka.delivery``) instead of a ``partial``, and its record
+  is built only when it fails or is not handed over.
 - Failures are sorted as the runner needs them: transient ones (timeouts, transport, leader
   changes, a full queue, fatal producer states - see :func:`is_permanent`) are reported as
   :class:`~connect.errors.RetriableError` and re-sent; only errors that will never succeed for
@@ -47,6 +51,7 @@ from typing import Any, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 
+from connect.batch import NativeBatch
 from connect.config import ConfigDef, Importance, Type, non_empty
 from connect.connector import SinkConnector
 from connect.errors import ConfigError, ConfigIssue, DeliveryError, RetriableError, RetriesExhaustedError
@@ -54,6 +59,8 @@ from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.kafka.clients import POOL, client_config
+from connectors.kafka.delivery import DeliverySlots
+from connectors.kafka.native import KIND
 from connectors.kafka.topics import TargetTopics
 
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
@@ -397,6 +404,125 @@ class KafkaSinkTask(SinkTask):
             self._warned_small.add(topic)
             log.warning("target topic %s has %d partition(s), fewer than the source; "
                         "records beyond them are partitioned by key", topic, count)
+
+    # -- native batches (``connectors.kafka.native``): produce straight from consumed messages ----
+    native_kinds = frozenset({KIND})
+    _slots: DeliverySlots | None = None
+
+    def put_native(self, batch: NativeBatch) -> None:
+        """``put`` for a batch of consumed Kafka messages, with the same bookkeeping (a ``_Put`` in
+        put order, each report tied to its message and its index in the put; a transient failure
+        held until the producer is abandoned): value, key, headers (or the overlay a header-only
+        stage set), timestamp and partition hint as ``put`` takes them from records; each report
+        bound by a delivery slot (``connectors.kafka.delivery``) instead of a ``partial``; a record
+        is built only for a message that fails or is not handed over."""
+        if self._broken is not None or (self._timeout and self._expired()):
+            why = self._abandon()
+            self._report_transient(batch.records(), RetriableError(f"not sent: earlier records are re-sent first "
+                                                                   f"({why})"))
+            return
+        produce = self._producer.produce
+        slots = self._slots or self._new_slots()
+        free, take = slots.free, slots.take
+        targets = self._targets
+        preserve = self._cfg["partition.preserve"]
+        gen = self._gen
+        put = _Put(self._seq, gen)
+        self._seq += 1
+        self._puts.append(put)
+        items, names, heads = batch.items, batch.topics, batch.headers
+        fixed = names is None and batch.topic is not None
+        target = None
+        sent = 0  # handed to the producer: each one's report counts its put and checkpoint down
+        fail: tuple[int, RetriableError] | None = None  # from this message on, nothing is handed over
+        try:
+            if fixed:  # one topic: routed once
+                try:
+                    target = targets.get(batch.topic) or self._native_target(batch.topic, batch)
+                except RetriableError as exc:  # target metadata unreachable: the batch waits, in order
+                    fail = (0, exc)
+                    items = ()
+                put.at = time.monotonic()
+            for i, m in enumerate(items):
+                if fixed:
+                    topic, count = target
+                else:
+                    name = names[i] if names is not None else m.topic()
+                    target = targets.get(name)
+                    if target is None:
+                        try:
+                            target = self._native_target(name, batch)
+                        except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
+                            fail = (i, exc)
+                            break
+                        if not sent:
+                            put.at = time.monotonic()  # its age counts from the first produce, not the lookup
+                    topic, count = target
+                part = m.partition() if preserve else -1
+                if part >= count:
+                    self._warn_fewer_partitions(topic, count)
+                    part = -1
+                try:
+                    slot = free.pop()
+                except IndexError:
+                    slot = take()
+                slot.batch = batch
+                slot.i = i
+                slot.put = put
+                headers = heads[i] if heads is not None else m.headers()
+                try:
+                    produce(topic, m.value(), m.key(), partition=part, on_delivery=slot.report,
+                            timestamp=m.timestamp()[1], headers=headers)
+                    sent += 1
+                except BufferError:  # queue full: wait for room until the epoch's time is up
+                    slots.give_back(slot)
+                    put.left += sent
+                    gen.left += sent
+                    sent = 0
+                    if not self._produce_when_room(topic, batch.record(i), part, headers, put, i):
+                        fail = (i, RetriableError(
+                            f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                            f"{len(items) - i} record(s) not sent yet"))
+                        break
+                    sent += 1
+                except (KafkaException, TypeError, ValueError) as exc:
+                    slots.give_back(slot)
+                    try:
+                        sent += self._produce_odd(topic, batch.record(i), part, headers, exc, put, i)
+                    except RetriableError as again:
+                        fail = (i, again)
+                        break
+        finally:
+            put.left += sent
+            gen.left += sent
+        if fail is not None:
+            self._fail_rest(batch.records(fail[0]), fail[1])
+            return
+        self._producer.poll(0)
+        if self._broken is not None:  # a report just served: abandon now, the runner takes it after this put
+            self._abandon()
+
+    def _new_slots(self) -> DeliverySlots:
+        self._slots = DeliverySlots(self._on_native_outcome, follow_successes=self._positions is not None)
+        return self._slots
+
+    def _on_native_outcome(self, batch: NativeBatch, i: int, put: _Put, err: KafkaError | None, msg) -> bool:
+        """A failed delivery (or a success that offset syncs follow) of message ``i`` of ``batch``,
+        as ``_on_delivery`` handles a record's; True: a transient failure held (not counted yet)."""
+        record = batch.record(i)
+        if err is not None:
+            return self._failed_delivery(record, put, i, err, msg)
+        if self._positions is not None:
+            self._positions.ack(record, msg.topic(), msg.partition(), msg.offset())
+        return False
+
+    def _native_target(self, source_topic: str, batch: NativeBatch) -> tuple[str, int]:
+        """(target topic, its partition count) of ``source_topic``, created if needed (``_target``)."""
+        topic = self._route(source_topic)
+        items = batch.items
+        seen = max((m.partition() for i, m in enumerate(items) if batch.topic_of(i) == source_topic), default=0) + 1
+        target = self._targets[source_topic] = (topic, self._topics.ensure(topic, seen))
+        return target
 
     def checkpoint(self):
         gen, self._gen = self._gen, Outstanding()

@@ -23,6 +23,7 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from connect.batch import NativeBatch
 from connect.config import ConfigDef, Importance, Type, non_empty, valid_regex
 from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
@@ -35,6 +36,7 @@ from connect.source.partitioned import (
     source_keys,
 )
 from connectors.kafka.clients import POOL, client_config
+from connectors.kafka.native import KIND, KafkaCodec
 
 __all__ = ["KafkaSourceConnector", "KafkaSourceTask"]
 
@@ -138,6 +140,8 @@ class KafkaSourceConnector(PartitionedSourceConnector):
 
 
 class KafkaSourceTask(SourceTask):
+    native_kind = KIND
+
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
         self.context = context
@@ -172,6 +176,8 @@ class KafkaSourceTask(SourceTask):
             tps.extend(self._offsets_for_times(by_time, cfg["start.timestamp.ms"]))
         self._assigned = [TopicPartition(t, p) for t, p in assignment]
         self._consumer.assign(tps)
+        # native batches (``connectors.kafka.native``) when the runner allows them
+        self._codec = KafkaCodec(self._sp) if context.native_batches and self._sp else None
 
     def _offsets_for_times(self, tps: list[TopicPartition], ts: int) -> list[TopicPartition]:
         try:
@@ -210,7 +216,7 @@ class KafkaSourceTask(SourceTask):
     def start_offsets(self) -> dict[str, dict]:
         return self._start_offsets
 
-    def poll(self) -> Sequence[ConnectRecord]:
+    def poll(self) -> Sequence[ConnectRecord] | NativeBatch:
         if self._deferred_error is not None:
             error, self._deferred_error = self._deferred_error, None
             raise error
@@ -220,6 +226,10 @@ class KafkaSourceTask(SourceTask):
             raise RetriableError(f"consume failed: {exc}") from exc
         if not msgs:
             return msgs
+        if self._codec is not None and not self._ts_floor:
+            batch = self._codec.batch(msgs)
+            if batch is not None:
+                return batch
         out = []
         append = out.append
         sp_by_topic = self._sp
