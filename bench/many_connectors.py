@@ -25,7 +25,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +40,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_util import _stat  # noqa: E402
+from e2e import stop  # noqa: E402
+
 from worker.embedded import EmbeddedKafka  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -50,14 +52,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 def _children() -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        kids.setdefault(int(fields[1]), []).append(int(entry))
+        if entry.isdigit() and (st := _stat(entry)) is not None:
+            kids.setdefault(int(st[1][1]), []).append(int(entry))
     return kids
 
 
@@ -224,12 +220,7 @@ def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dic
             sampler.done.set()
             sampler.join()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)
     everything = [x for v in lat.values() for x in v]
     worst = max(pct(v, 0.99) for v in lat.values()) if lat else float("nan")
     return {"connectors": n, "slots": cfg.get("worker.task.slots", "default"), "produced": counts.value,
