@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from connect.tasks.results import EpochResult
 from worker.classarchive import ClassArchive
 from worker.control import ControlAddress
+from worker.hosting import HostPool
 from worker.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
 
 __all__ = ["build_spark", "start_spark", "SparkApp", "SparkExecutor", "default_master"]
@@ -258,23 +259,48 @@ class SlotGate:
                 self._cond.notify_all()
 
 
-class SparkExecutor:
-    """Runs one epoch of a connector's task pairs as one Spark job, one partition per pair.
+HOSTING_MODES = ("shared", "job")
 
-    Each connector's jobs are submitted from its own driver thread, in its own FAIR scheduler pool
-    (``spark.scheduler.pool`` = the connector name), so connectors never wait for each other.
-    The partitions claim their pairs from the driver (:class:`ClaimBook`) over the control
-    channel, which works in local mode and on a cluster alike.
+
+class SparkExecutor:
+    """Runs the epochs of a connector's task pairs on Spark, in one of two ways (``hosting``):
+
+    - ``shared`` (default): on long-lived host tasks that run many pairs each (:mod:`worker.hosting`);
+      ``hosts`` caps how many (default: twice the application's cores, at most its slots);
+    - ``job``: one Spark job per epoch, one partition per pair, each holding a slot for the epoch.
+      Each connector's jobs are submitted from its own driver thread, in its own FAIR scheduler pool
+      (``spark.scheduler.pool`` = the connector name), so connectors never wait for each other, except
+      for free slots (:class:`SlotGate`). The partitions claim their pairs from the driver
+      (:class:`ClaimBook`) over the control channel, which works in local mode and on a cluster alike.
     """
 
-    def __init__(self, spark):
+    def __init__(self, spark, hosting: str = "shared", hosts: int = 0):
         """``spark``: a :class:`SparkApp`, or a future of one still starting (see :func:`start_spark`)."""
+        if hosting not in HOSTING_MODES:
+            raise ValueError(f"worker.pair.hosting must be one of {', '.join(HOSTING_MODES)}, not {hosting!r}")
         self._spark = spark
+        self.hosting = hosting
+        self._hosts_wanted = hosts
         self.claims = ClaimBook()
         self.control: ControlAddress | None = None
         self._jobs = itertools.count()
         self.gate = SlotGate(self._slot_count)
         self._slots = (0, 0.0)  # (count, when read)
+        self.pool = HostPool(lambda: self.sc, lambda: self.control, self._max_hosts) if hosting == "shared" else None
+
+    def close(self) -> None:
+        """Hosts end (their Spark jobs return) at their next request for work."""
+        if self.pool is not None:
+            self.pool.close()
+
+    def _max_hosts(self) -> int:
+        """``hosts`` if set, else twice the cores (local mode: this machine's; a cluster: its slots),
+        at most the slots: more Python processes than that only add memory."""
+        slots = self._slot_count()
+        if self._hosts_wanted > 0:
+            return min(self._hosts_wanted, slots)
+        cores = os.cpu_count() or 1 if self.sc.master.startswith("local") else slots
+        return max(1, min(slots, 2 * cores))
 
     def _slot_count(self) -> int:
         """The application's task slots (local[N]: N; a cluster: its executors' cores), read again every 5 s."""
@@ -300,6 +326,8 @@ class SparkExecutor:
     def attach(self, server) -> None:
         """Serve claims on the driver's control channel."""
         server.register("claim", self.claims.claim)
+        if self.pool is not None:
+            self.pool.register(server)
         self.control = server.address
 
     def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch", pool: str | None = None
@@ -307,6 +335,8 @@ class SparkExecutor:
         if self.control is None:
             raise RuntimeError("SparkExecutor.attach(control server) must be called before run()")
         specs = list(specs)
+        if self.pool is not None:
+            return self.pool.run(specs)
         job = JobContext(self.control, f"job-{next(self._jobs)}")
         sc = self.sc
         sc.setLocalProperty("spark.scheduler.pool", pool or "default")

@@ -106,6 +106,27 @@ class _Carry:
         self.error: BaseException | None = None  # raised by the pump: the next epoch fails with it
 
 
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]  # epochs and pumps running with the cyclic collector paused; was it enabled before
+
+
+def gc_pause() -> None:
+    """Pause the cyclic collector for an epoch or pump. Counted: a process runs many pairs at once
+    (shared hosting), and the collector comes back when the last of them ends, as it was."""
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
+
+
+def gc_resume() -> None:
+    with _GC_LOCK:
+        _GC_PAUSES[0] -= 1
+        if _GC_PAUSES[0] == 0 and _GC_PAUSES[1]:
+            gc.enable()
+
+
 class TaskPairRunner:
     """Owns a started source task and sink task; ``run_epoch`` moves records between them.
 
@@ -215,8 +236,7 @@ class TaskPairRunner:
         # Records are acyclic and freed by reference counting; the cyclic collector would
         # re-scan every in-flight record many times per epoch. Pause it and collect the young
         # generations at each commit point instead.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        gc_pause()
         try:
             if self._failed:
                 raise TaskFailedError("task failed in an earlier epoch; restart it")
@@ -260,8 +280,7 @@ class TaskPairRunner:
             log.error("task %s failed in epoch %d: %s", self.name, epoch, exc)
         finally:
             self._set_deadline(float("inf"))
-            if gc_was_enabled:
-                gc.enable()
+            gc_resume()
         lag = reported = None
         try:
             lag = self.source.lag()
@@ -303,8 +322,7 @@ class TaskPairRunner:
         if self._carry is None:
             self._carry = self._open_epoch()
         carry = self._carry
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        gc_pause()
         self._set_deadline(until)
         try:
             if not self._halt.is_set():
@@ -315,8 +333,7 @@ class TaskPairRunner:
             carry.error = exc
         finally:
             self._set_deadline(float("inf"))
-            if gc_was_enabled:
-                gc.enable()
+            gc_resume()
 
     def halt(self) -> None:
         """Stop a ``pump`` (from another thread): its loop ends at the next batch."""
