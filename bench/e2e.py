@@ -132,11 +132,11 @@ def stop(proc: subprocess.Popen) -> None:
 
 # -- the watcher ---------------------------------------------------------------------------------
 def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subprocess.Popen | None = None,
-          latency: bool = True, probe: bool = False, cpu: dict | None = None):
+          latency: bool = True, probe: bool = False, cpu: dict | None = None, marks: tuple = (0.1, 0.9)):
     """Read ``topic`` from the start until ``expected`` records arrived: [(arrival, count, [latencies ms])].
     The probe record (key ``probe``) counts only with ``probe=True``. ``cpu``: gets the CPU seconds of
-    ``proc``'s process tree when 10% and 90% of the records had arrived (keys 0.1 and 0.9, with the
-    counts then under ``("n", mark)``)."""
+    ``proc``'s process tree when 10% and 90% (``marks``) of the records had arrived (keys 0.1 and 0.9,
+    with the counts then under ``("n", mark)``)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watcher", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 10, "topic.metadata.refresh.interval.ms": 500})
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
@@ -153,7 +153,7 @@ def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subpr
             good = [m for m in msgs if m.error() is None and (probe or m.key() != b"probe")]
             seen += len(good)
             if cpu is not None and proc is not None:
-                for mark in (0.1, 0.9):
+                for mark in marks:
                     if mark not in cpu and seen >= mark * expected:
                         cpu[mark], cpu[("n", mark)] = tree_cpu(proc.pid), seen
             arrivals.append((now, len(good), [now * 1000 - m.timestamp()[1] for m in good] if latency else ()))
@@ -199,6 +199,34 @@ def throughput_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, records: int,
         out[kind] = (steady_rate(arrivals, records), arrivals[0][0] - launched, us)
         print(f"    {kind:<10} {out[kind][0]:>10,.0f} msg/s steady, first record {out[kind][1]:.1f} s after launch, "
               f"CPU {us:.2f} us/record", flush=True)
+    return out
+
+
+def paced_cpu_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, seconds: int, value_size: int,
+                    work: Path, epoch_ms: int | None) -> dict[str, float]:
+    """CPU per record of each mirror kept at the same rate: a producer process writes ``rate`` msg/s
+    for ``seconds`` s while the mirror runs; CPU of the mirror's tree between the 20% and 90% arrival
+    marks over the records between them. From a backlog each mirror runs at its own rate, and the
+    raw loop's CPU per record moves with that rate (see the README), so this compares like with like."""
+    out = {}
+    total = rate * seconds
+    for kind in ("raw", "connect-1", "connect-2"):
+        topic, target = f"cpu-{rnd}-{kind}", f"cpu-{rnd}-{kind}-out"
+        _create(a.bootstrap, topic)
+        _create(b.bootstrap, target)
+        proc = start_mirror(kind, a.bootstrap, b.bootstrap, topic, target, work, epoch_ms)
+        _wait_started(b.bootstrap, target, a.bootstrap, topic, proc)
+        producer = _spawn([__file__, "produce", a.bootstrap, topic, str(total), str(rate), str(value_size)],
+                          work / f"{topic}-producer.log")
+        cpu: dict = {}
+        try:
+            arrivals = watch(b.bootstrap, target, total, seconds + 120, proc, latency=False, cpu=cpu, marks=(0.2, 0.9))
+        finally:
+            producer.wait(60)
+            stop(proc)
+        n = cpu[("n", 0.9)] - cpu[("n", 0.2)]
+        out[kind] = (cpu[0.9] - cpu[0.2]) / max(n, 1) * 1e6
+        print(f"    {kind:<10} {steady_rate(arrivals, total):>10,.0f} msg/s, CPU {out[kind]:.2f} us/record", flush=True)
     return out
 
 
@@ -270,17 +298,23 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=25)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--epoch-ms", type=int, default=None, help="epoch.max.ms of the mirrors (default: the product's)")
-    ap.add_argument("--only", choices=["throughput", "latency"])
+    ap.add_argument("--cpu-rate", type=int, default=150_000, help="rate of the paced CPU rounds (msg/s)")
+    ap.add_argument("--cpu-seconds", type=int, default=20)
+    ap.add_argument("--only", choices=["throughput", "latency", "cpu"])
     args = ap.parse_args()
     records = args.records - args.records % PARTITIONS
     with EmbeddedKafka() as a, EmbeddedKafka() as b, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        thr, lat = [], []
+        thr, lat, paced = [], [], []
         for rnd in range(args.rounds):
-            if args.only != "latency":
+            if args.only in (None, "cpu"):
+                print(f"round {rnd + 1}: CPU per record at {args.cpu_rate:,} msg/s for {args.cpu_seconds} s", flush=True)
+                paced.append(paced_cpu_round(rnd, a, b, args.cpu_rate, args.cpu_seconds, args.value_size, work,
+                                             args.epoch_ms))
+            if args.only in (None, "throughput"):
                 print(f"round {rnd + 1}: throughput, {records:,} records", flush=True)
                 thr.append(throughput_round(rnd, a, b, records, args.value_size, work, args.epoch_ms))
-            if args.only != "throughput":
+            if args.only in (None, "latency"):
                 print(f"round {rnd + 1}: latency at {args.rate:,} msg/s for {args.seconds} s", flush=True)
                 lat.append(latency_round(rnd, a, b, args.rate, args.seconds, args.value_size, work, args.epoch_ms))
     print()
@@ -299,6 +333,15 @@ def main() -> None:
             print(f"{kind:<10} msg/s {_span([r[kind][0] for r in thr], ',.0f')}, first record after launch "
                   f"{_span([r[kind][1] for r in thr], '.1f')} s, CPU {_span([r[kind][2] for r in thr], '.2f')} "
                   "us/record")
+    if paced:
+        one = [r["connect-1"] / r["raw"] for r in paced]
+        two = [r["connect-2"] / r["connect-1"] for r in paced]
+        print(f"CPU per record at {args.cpu_rate:,} msg/s, 1 pair / raw loop: {_span(one, '.2f')}   per round: "
+              f"{', '.join(f'{x:.2f}' for x in one)}   (target <= 1.25)")
+        print(f"CPU per record at {args.cpu_rate:,} msg/s, 2 pairs / 1 pair:  {_span(two, '.2f')}   per round: "
+              f"{', '.join(f'{x:.2f}' for x in two)}   (target <= 1.05)")
+        for kind in ("raw", "connect-1", "connect-2"):
+            print(f"{kind:<10} CPU at {args.cpu_rate:,} msg/s {_span([r[kind] for r in paced], '.2f')} us/record")
     if lat:
         for kind in ("none", "raw", "connect-1"):
             print(f"latency {kind:<10} " + "  ".join(f"{q} {_span([r[kind][q] for r in lat], '.0f')} ms"

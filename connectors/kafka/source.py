@@ -216,12 +216,30 @@ class KafkaSourceTask(SourceTask):
     def start_offsets(self) -> dict[str, dict]:
         return self._start_offsets
 
+    def _consume(self) -> list:
+        """What has been fetched, up to ``poll.batch.size`` messages, without waiting; when nothing
+        has, the first message to arrive within ``poll.timeout.ms`` and what came with it. As a
+        Kafka consumer's ``poll`` (``max.poll.records`` is a most, not a quota): librdkafka's batch
+        consume waits until it has the whole count or its timeout passed, which at 50 msg/s kept
+        every record waiting for the timeout, and under a backlog made a larger batch cost latency."""
+        consume = self._consumer.consume
+        msgs = consume(self._batch, 0)
+        if msgs:
+            return msgs
+        wait = min(self._timeout, self.context.time_left())
+        if wait <= 0:
+            return msgs
+        msgs = consume(1, wait)
+        if msgs and self._batch > 1:
+            msgs.extend(consume(self._batch - 1, 0))
+        return msgs
+
     def poll(self) -> Sequence[ConnectRecord] | NativeBatch:
         if self._deferred_error is not None:
             error, self._deferred_error = self._deferred_error, None
             raise error
         try:
-            msgs = self._consumer.consume(self._batch, min(self._timeout, self.context.time_left()))
+            msgs = self._consume()
         except KafkaException as exc:
             raise RetriableError(f"consume failed: {exc}") from exc
         if not msgs:
