@@ -192,54 +192,64 @@ class HostPool:
 
     def _place(self, pair: str) -> _Host:
         """The host of ``pair`` for its next epoch (the caller holds the lock): where it is, unless
-        it should move (see the module doc); a new pair goes to the least loaded host."""
+        it should move and a better host exists (see the module doc); a new pair goes to an empty
+        host, a new one while there may be more, then the least loaded."""
         current = self._hosts.get(self._placed.get(pair, ""))
-        if current is not None and current.alive and not self._should_move(pair, current):
+        if current is not None and not current.alive:
+            current = None
+        if current is not None and not self._should_move(pair, current):
             return current
-        target = self._best_host(pair, avoid=current)
-        if current is not None and current.alive and target is not current:
+        target = self._best_host(pair, current)
+        if target is None:  # nowhere better: a move would only restart it
+            return current
+        if current is not None:
             current.pairs.discard(pair)
             current.evict.add(pair)
             self.moves += 1
-            log.info("task pair %s moves from host %s to host %s (loads %.2f -> %.2f)", pair, current.id,
+            log.info("task pair %s moves from host %s to host %s (loads %.2f and %.2f of a core)", pair, current.id,
                      target.id, self._load(current), self._load(target))
-        elif current is not None and current.alive:
-            return current
         target.pairs.add(pair)
         self._placed[pair] = target.id
         return target
 
+    def _has_busy(self, host: _Host, besides: str) -> bool:
+        return any(self._busy(p) for p in host.pairs if p != besides)
+
     def _should_move(self, pair: str, host: _Host) -> bool:
-        others = host.pairs - {pair}
-        if not others:
+        if not host.pairs - {pair}:
             return False
-        if not self._busy(pair) and any(self._busy(p) for p in others):
+        if not self._busy(pair) and self._has_busy(host, pair):
             return True  # a busy pair's host is its own
-        load = self._load(host)
-        if load <= HOT:
+        if self._load(host) <= HOT:
             return False
         mine = self.loads.get(pair, 0.0)
         return any(h is not host and h.alive and self._load(h) + mine <= HOT / 2 for h in self._hosts.values())
 
-    def _best_host(self, pair: str, avoid: _Host | None) -> _Host:
-        live = [h for h in self._hosts.values() if h.alive]
-        busy = self._busy(pair)
-        can_start = len(live) < max(self._max_hosts(), 1)
-        if busy:
-            empty = [h for h in live if not h.pairs - {pair} and h is not avoid]
+    def _best_host(self, pair: str, current: _Host | None) -> _Host | None:
+        """Where ``pair`` should go; None when it should stay at ``current`` after all."""
+        live = [h for h in self._hosts.values() if h.alive and h is not current]
+        can_start = len(live) + (current is not None) < max(self._max_hosts(), 1)
+        by_load = lambda h: (self._has_busy(h, pair), self._load(h), len(h.pairs))  # noqa: E731
+        if self._busy(pair):
+            empty = [h for h in live if not h.pairs]
             if empty:
                 return empty[0]
-        else:
-            # Hosts without a busy pair (a busy pair keeps its host to itself); an empty one first,
-            # then a new host while there may be more, then the least loaded.
-            quiet = [h for h in live if h is not avoid and not any(self._busy(p) for p in h.pairs)]
-            if quiet and (not can_start or any(not h.pairs for h in quiet)):
-                return min(quiet, key=lambda h: (self._load(h), len(h.pairs)))
+            if can_start:
+                return self._start_host()
+            return None if current is not None else min(live, key=by_load)
+        quiet = [h for h in live if not self._has_busy(h, pair)]
+        if current is not None and not self._has_busy(current, pair):  # a hot host sheds it: only to room
+            mine = self.loads.get(pair, 0.0)
+            roomy = [h for h in quiet if self._load(h) + mine <= HOT / 2]
+            return min(roomy, key=by_load) if roomy else None
+        empty = [h for h in quiet if not h.pairs]
+        if empty:
+            return empty[0]
         if can_start:
             return self._start_host()
-        candidates = [h for h in live if h is not avoid] or live
-        return min(candidates, key=lambda h: (any(self._busy(p) for p in h.pairs - {pair}), self._load(h),
-                                              len(h.pairs)))
+        if quiet:
+            return min(quiet, key=by_load)
+        return None if current is not None else min(live, key=by_load)
 
     def _unplace(self, pair: str) -> None:
         host = self._hosts.get(self._placed.pop(pair, ""))
