@@ -502,6 +502,9 @@ class Herder:
                 connector["trace"] = self.redactor.redact(c.trace)
             if c.runtime is not None and (waiting := c.runtime.waiting()):  # no task pair: say why
                 connector["waiting"] = self.redactor.redact(waiting)
+            slot_wait = getattr(self.executor, "slot_waits", dict)().get(name)
+            if slot_wait is not None:  # its epoch waits for free task slots (worker.pair.hosting=job)
+                connector["slot_wait_s"] = round(slot_wait, 1)
             behind = c.runtime.lag.of() if c.runtime is not None else c.stopped_lag.of()
             if behind is not None:  # left to deliver, from the committed offsets (worker.lag)
                 connector["lag"] = {"records": behind[0], "seconds": round(behind[1], 1)}

@@ -242,6 +242,7 @@ class Worker:
         self.port = sock.getsockname()[1]
         worker_id = c.get("worker.id") or f"{c.get('rest.host')}:{self.port}"
         executor = SparkExecutor(spark, hosting=c.get("worker.pair.hosting"), hosts=c.get("worker.pair.hosts"))
+        self.metrics.watch_executor(executor)
         self.herder = Herder(executor, self.stores, worker_id=worker_id, resolver=self._resolver,
                              metrics=self.metrics, control_host=host, client_policy=self.client_policy)
         redactor = self.herder.redactor

@@ -7,6 +7,7 @@ inside a (reused) PySpark Python worker and returns only the small EpochResult.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sys
 import threading
@@ -22,6 +23,8 @@ from worker.classarchive import ClassArchive
 from worker.control import ControlAddress
 from worker.hosting import HostPool
 from worker.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
+
+log = logging.getLogger(__name__)
 
 __all__ = ["build_spark", "start_spark", "SparkApp", "SparkExecutor", "default_master"]
 
@@ -229,15 +232,21 @@ class SlotGate:
     job that asked before it is in: a connector waits at most for the jobs queued ahead of it. A job
     wider than the application takes every slot."""
 
+    WARN_AFTER_S = 1.0  # a connector that waited this long for slots is named in the log (once)
+
     def __init__(self, slots: Callable[[], int]):
         self._slots = slots
         self._cond = threading.Condition()
         self._used = 0
         self._queue: deque[object] = deque()
+        self.waiting: dict[str, float] = {}  # connector -> since when (monotonic) its epoch waits for slots
+        self.waited_s: dict[str, float] = {}  # connector -> seconds its epochs waited for slots, in all
+        self._warned: set[str] = set()
 
     @contextmanager
-    def admit(self, pairs: int) -> Iterator[None]:
+    def admit(self, pairs: int, who: str = "") -> Iterator[None]:
         ticket = object()
+        since = time.monotonic()
         with self._cond:
             self._queue.append(ticket)
             try:
@@ -246,9 +255,20 @@ class SlotGate:
                     want = min(max(pairs, 1), total)
                     if self._queue[0] is ticket and self._used + want <= total:
                         break
+                    self.waiting.setdefault(who, since)
+                    if time.monotonic() - since > self.WARN_AFTER_S and who not in self._warned:
+                        self._warned.add(who)
+                        log.warning("connector %s waits for task slots: its %d pair(s) want slots while %d of %d are "
+                                    "taken and %d epoch(s) queue ahead of it; with worker.pair.hosting=job every "
+                                    "pair holds a slot for a whole epoch, so pairs beyond the slots take turns "
+                                    "(raise worker.task.slots, or use worker.pair.hosting=shared)", who or "-",
+                                    pairs, self._used, total, self._queue.index(ticket))
                     self._cond.wait(0.5)
             finally:  # admitted or not (an error, an interrupt), the ticket leaves the queue
                 self._queue.remove(ticket)
+                if self.waiting.get(who) == since:
+                    del self.waiting[who]
+                self.waited_s[who] = self.waited_s.get(who, 0.0) + time.monotonic() - since
                 self._cond.notify_all()
             self._used += want
         try:
@@ -287,6 +307,15 @@ class SparkExecutor:
         self.gate = SlotGate(self._slot_count)
         self._slots = (0, 0.0)  # (count, when read)
         self.pool = HostPool(lambda: self.sc, lambda: self.control, self._max_hosts) if hosting == "shared" else None
+
+    def slot_waits(self) -> dict[str, float]:
+        """Connector -> seconds its current epoch has waited for task slots so far (``job`` hosting)."""
+        now = time.monotonic()
+        return {who: now - since for who, since in list(self.gate.waiting.items())}
+
+    def hosts(self) -> list[dict]:
+        """The live hosts and their pairs (``shared`` hosting), else []."""
+        return self.pool.hosts() if self.pool is not None else []
 
     def close(self) -> None:
         """Hosts end (their Spark jobs return) at their next request for work."""
@@ -341,7 +370,7 @@ class SparkExecutor:
         sc = self.sc
         sc.setLocalProperty("spark.scheduler.pool", pool or "default")
         sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
-        with self.gate.admit(len(specs)):
+        with self.gate.admit(len(specs), pool or ""):
             self.claims.open(job.job, [pair_id(s.connector, s.task) for s in specs])
             try:
                 results = (sc.parallelize(range(len(specs)), len(specs))
