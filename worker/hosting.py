@@ -43,8 +43,10 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
+import attrs
+
 from connect.tasks.results import FAILED, EpochResult
-from worker.control import ControlAddress, ControlClient, client_for
+from worker.control import ControlAddress, ControlClient, ControlServer, client_for
 from worker.partition import TaskPairSpec, evict_cached, pair_id, run_task_pair_epoch
 
 __all__ = ["HostPool", "serve_host", "BUSY", "HOT"]
@@ -66,7 +68,7 @@ class _Host:
 
     def __init__(self, host_id: str):
         self.id = host_id
-        self.inbox: deque[tuple[str, str]] = deque()  # (key, pickled spec) not yet taken by the host
+        self.inbox: deque[tuple[str, str, list | None]] = deque()  # (key, pickled spec, driver) not taken yet
         self.running: dict[str, tuple[TaskPairSpec, Future]] = {}  # key -> its epoch, until the result
         self.pairs: set[str] = set()  # pairs placed here
         self.evict: set[str] = set()  # pairs moved away whose runners this host should stop
@@ -75,17 +77,53 @@ class _Host:
         self.started = time.monotonic()
 
 
-class HostPool:
-    """Driver side of shared hosting: the hosts (Spark jobs of one task each), placement and work."""
+_POOLS: dict[int, tuple[HostPool, int]] = {}  # id of the Spark application (or its future) -> (pool, users)
+_POOLS_LOCK = threading.Lock()
 
-    def __init__(self, sc_of: Callable[[], Any], control_of: Callable[[], ControlAddress | None],
-                 max_hosts: Callable[[], int]):
+
+class HostPool:
+    """Driver side of shared hosting: the hosts (Spark jobs of one task each), placement and work.
+
+    One pool per Spark application (:meth:`acquire`): every executor on it (the worker's one, or
+    several drivers in one process) shares its hosts, which hold its slots. The pool serves its own
+    control endpoint (``host_work``, ``host_result``); each epoch handed out carries the control
+    address of the driver it runs for (offsets, stop flags)."""
+
+    @classmethod
+    def acquire(cls, app: Any, sc_of: Callable[[], Any], bind: str, max_hosts: Callable[[], int]) -> HostPool:
+        with _POOLS_LOCK:
+            pool, users = _POOLS.get(id(app), (None, 0))
+            if pool is None or pool._closed:
+                pool, users = cls(sc_of, None, max_hosts, bind=bind), 0
+            _POOLS[id(app)] = (pool, users + 1)
+            pool._app_key = id(app)
+            return pool
+
+    def release(self) -> None:
+        """One user fewer; the last one closes the pool (its hosts end, their slots free up)."""
+        with _POOLS_LOCK:
+            pool, users = _POOLS.get(self._app_key, (None, 0))
+            if pool is not self:
+                return
+            if users > 1:
+                _POOLS[self._app_key] = (pool, users - 1)
+                return
+            del _POOLS[self._app_key]
+        self.close()
+
+    def __init__(self, sc_of: Callable[[], Any], control_of: Callable[[], ControlAddress | None] | None,
+                 max_hosts: Callable[[], int], *, bind: str | None = None):
         self._sc_of = sc_of
-        self._control_of = control_of
+        self._server = ControlServer(bind) if bind is not None else None
+        if self._server is not None:
+            self.register(self._server)
+        self._control_of = (lambda: self._server.address) if control_of is None else control_of
+        self._app_key = 0
         self._max_hosts = max_hosts
         self._cond = threading.Condition()
         self._hosts: dict[str, _Host] = {}
         self._placed: dict[str, str] = {}  # pair -> host id
+        self._moving: dict[str, str] = {}  # pair -> the host it moves to after its running (last) epoch here
         self.loads: dict[str, float] = {}  # pair -> cores its epochs used (moving average)
         self._next = 0
         self._closed = False
@@ -112,7 +150,7 @@ class HostPool:
                 self._cond.wait(left)
             if self._closed or not host.alive:
                 return {"exit": True}
-            run = [{"key": key, "spec": spec} for key, spec in host.inbox]
+            run = [{"key": key, "spec": spec, "control": control} for key, spec, control in host.inbox]
             host.inbox.clear()
             evict, host.evict = sorted(host.evict), set()
         return {"run": run, "evict": evict}
@@ -129,20 +167,24 @@ class HostPool:
         return True
 
     # -- the executor's side ---------------------------------------------------------------------
-    def run(self, specs: Sequence[TaskPairSpec]) -> list[EpochResult]:
-        """Each pair's epoch on its host; the results in the order of ``specs``. An epoch whose
-        host was lost, or whose result does not come within its bound, is reported FAILED (retriable)."""
+    def run(self, specs: Sequence[TaskPairSpec], control: ControlAddress | None) -> list[EpochResult]:
+        """Each pair's epoch on its host, for the driver at ``control``; the results in the order of
+        ``specs``. An epoch whose host was lost, or whose result does not come within its bound, is
+        reported FAILED (retriable)."""
         from pyspark import cloudpickle  # classes defined in tests or notebooks travel by value
 
         waits = []
         for spec in specs:
             future: Future = Future()
             key = f"{spec.token or id(future)}"
+            with self._cond:
+                host, final = self._place(pair_id(spec.connector, spec.task))
+            if final:
+                spec = attrs.evolve(spec, final=True)
             payload = base64.b64encode(cloudpickle.dumps(spec)).decode()
             with self._cond:
-                host = self._place(pair_id(spec.connector, spec.task))
                 host.running[key] = (spec, future)
-                host.inbox.append((key, payload))
+                host.inbox.append((key, payload, list(control) if control else None))
                 self._cond.notify_all()
             waits.append((spec, host, key, future))
         results = []
@@ -168,6 +210,8 @@ class HostPool:
                         future.set_result(not_run(spec, "the worker is stopping", retriable=True))
                 host.running.clear()
             self._cond.notify_all()
+        if self._server is not None:  # once the waiting hosts were told to end
+            threading.Timer(2 * _LONG_POLL_S, self._server.close).start()
 
     def hosts(self) -> list[dict[str, Any]]:
         """What each live host runs (for status and metrics)."""
@@ -190,27 +234,36 @@ class HostPool:
         old = self.loads.get(pair)
         self.loads[pair] = used if old is None else _EMA * used + (1 - _EMA) * old
 
-    def _place(self, pair: str) -> _Host:
-        """The host of ``pair`` for its next epoch (the caller holds the lock): where it is, unless
-        it should move and a better host exists (see the module doc); a new pair goes to an empty
-        host, a new one while there may be more, then the least loaded."""
+    def _place(self, pair: str) -> tuple[_Host, bool]:
+        """The host of ``pair`` for its next epoch (the caller holds the lock), and whether that is
+        its last epoch there. A pair stays where it is unless it should move and a better host
+        exists (see the module doc); then it runs one last epoch where it is, draining what it has in
+        flight and without a bridge after it (so its new host replays nothing it already delivered),
+        and moves at the next. A new pair goes to an empty host, a new one while there may be more,
+        then the least loaded."""
         current = self._hosts.get(self._placed.get(pair, ""))
         if current is not None and not current.alive:
             current = None
-        if current is not None and not self._should_move(pair, current):
-            return current
-        target = self._best_host(pair, current)
-        if target is None:  # nowhere better: a move would only restart it
-            return current
-        if current is not None:
+        moving = self._hosts.get(self._moving.pop(pair, ""))
+        if current is not None and moving is not None and moving.alive:
             current.pairs.discard(pair)
             current.evict.add(pair)
             self.moves += 1
             log.info("task pair %s moves from host %s to host %s (loads %.2f and %.2f of a core)", pair, current.id,
-                     target.id, self._load(current), self._load(target))
+                     moving.id, self._load(current), self._load(moving))
+            moving.pairs.add(pair)
+            self._placed[pair] = moving.id
+            return moving, False
+        if current is not None and not self._should_move(pair, current):
+            return current, False
+        target = self._best_host(pair, current)
+        if current is not None:
+            if target is not None:  # nowhere better (None): a move would only restart it
+                self._moving[pair] = target.id
+            return current, target is not None
         target.pairs.add(pair)
         self._placed[pair] = target.id
-        return target
+        return target, False
 
     def _has_busy(self, host: _Host, besides: str) -> bool:
         return any(self._busy(p) for p in host.pairs if p != besides)
@@ -329,7 +382,8 @@ def serve_host(control: ControlAddress, host_id: str) -> int:
             evict_cached(connector, int(task))
         for item in answer.get("run", ()):
             spec = pickle.loads(base64.b64decode(item["spec"]))
-            t = threading.Thread(target=_run_and_report, args=(control, host_id, item["key"], spec),
+            driver = tuple(item["control"]) if item.get("control") else None
+            t = threading.Thread(target=_run_and_report, args=(control, driver, host_id, item["key"], spec),
                                  name=f"connect-pair-{spec.connector}-{spec.task}", daemon=True)
             t.start()
             threads.append(t)
@@ -339,10 +393,12 @@ def serve_host(control: ControlAddress, host_id: str) -> int:
     return ran
 
 
-def _run_and_report(control: ControlAddress, host_id: str, key: str, spec: TaskPairSpec) -> None:
+def _run_and_report(control: ControlAddress, driver: ControlAddress | None, host_id: str, key: str,
+                    spec: TaskPairSpec) -> None:
+    """Run one epoch for the driver at ``driver`` and post its result to the pool at ``control``."""
     cpu = time.thread_time()
     try:
-        result = run_task_pair_epoch(spec, control)
+        result = run_task_pair_epoch(spec, driver)
     except BaseException as exc:  # noqa: BLE001 - run_task_pair_epoch reports failures; this is a bug there
         result = not_run(spec, "".join(traceback.format_exception(exc)), retriable=True)
     result.stats = dict(result.stats or {}, cpu_s=time.thread_time() - cpu)

@@ -85,6 +85,7 @@ class TaskPairSpec:
     dlq_connector_class: type | None = None  # dlq.connector.class; None: the sink connector
     secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
     transforms: TransformsConfig | None = None  # the connector's transforms and predicates, parsed
+    final: bool = False  # the pair runs elsewhere next: drain what is in flight, no bridge after it
 
 
 @attrs.frozen
@@ -334,7 +335,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
             if control is not None:
                 _start_reaper()
         try:
-            result = cached.runner.run_epoch(spec.epoch)
+            result = cached.runner.run_epoch(spec.epoch, drain=spec.final)
         finally:
             cached.used_at = time.monotonic()
         result.restarted = restarted
@@ -343,7 +344,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         cached.last_epoch = spec.epoch
         if result.state == FAILED:
             _evict(key)
-        elif control is not None and spec.policy.epoch_bridge_ms > 0:
+        elif control is not None and spec.policy.epoch_bridge_ms > 0 and not spec.final:
             _bridge(key, cached, spec.epoch, spec.policy.epoch_bridge_ms / 1000)
         return result
 

@@ -306,7 +306,7 @@ class SparkExecutor:
         self._jobs = itertools.count()
         self.gate = SlotGate(self._slot_count)
         self._slots = (0, 0.0)  # (count, when read)
-        self.pool = HostPool(lambda: self.sc, lambda: self.control, self._max_hosts) if hosting == "shared" else None
+        self.pool: HostPool | None = None  # shared hosting: the Spark application's pool, from attach()
 
     def slot_waits(self) -> dict[str, float]:
         """Connector -> seconds its current epoch has waited for task slots so far (``job`` hosting)."""
@@ -320,7 +320,8 @@ class SparkExecutor:
     def close(self) -> None:
         """Hosts end (their Spark jobs return) at their next request for work."""
         if self.pool is not None:
-            self.pool.close()
+            self.pool, pool = None, self.pool
+            pool.release()
 
     def _max_hosts(self) -> int:
         """``hosts`` if set, else twice the cores (local mode: this machine's; a cluster: its slots),
@@ -355,8 +356,8 @@ class SparkExecutor:
     def attach(self, server) -> None:
         """Serve claims on the driver's control channel."""
         server.register("claim", self.claims.claim)
-        if self.pool is not None:
-            self.pool.register(server)
+        if self.hosting == "shared" and self.pool is None:
+            self.pool = HostPool.acquire(self._spark, lambda: self.sc, server.address[0], self._max_hosts)
         self.control = server.address
 
     def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch", pool: str | None = None
@@ -365,7 +366,7 @@ class SparkExecutor:
             raise RuntimeError("SparkExecutor.attach(control server) must be called before run()")
         specs = list(specs)
         if self.pool is not None:
-            return self.pool.run(specs)
+            return self.pool.run(specs, self.control)
         job = JobContext(self.control, f"job-{next(self._jobs)}")
         sc = self.sc
         sc.setLocalProperty("spark.scheduler.pool", pool or "default")

@@ -223,7 +223,10 @@ class TaskPairRunner:
         return max(self._deadline - time.monotonic(), 0.0)
 
     # -- one epoch ---------------------------------------------------------------------------
-    def run_epoch(self, epoch: int, *, max_ms: int | None = None, max_records: int | None = None) -> EpochResult:
+    def run_epoch(self, epoch: int, *, max_ms: int | None = None, max_records: int | None = None,
+                  drain: bool = False) -> EpochResult:
+        """One epoch. ``drain``: wait (within the grace period) for every record in flight to be
+        acknowledged, as a stop does: the pair is about to run elsewhere, from these offsets."""
         p = self.policy
         max_ms = p.epoch_max_ms if max_ms is None else max_ms
         max_records = p.epoch_max_records if max_records is None else max_records
@@ -255,7 +258,7 @@ class TaskPairRunner:
             self._set_deadline(min(end_polling, time.monotonic()) + p.epoch_grace_ms / 1000)
             # An asynchronous sink's records in flight stay with the pair (next epoch), unless it stops.
             # (A synchronous sink was flushed by the commit point already.)
-            drain = self._async and self._stop_requested()
+            drain = self._async and (drain or self._stop_requested())
             try:
                 self._resend_due(stats)
                 self._commit_point(committed, handler, stats)

@@ -23,8 +23,14 @@ class _Pool(HostPool):
         return host
 
     def place(self, pair: str) -> str:
+        """Where the pair's next epoch runs; a move takes two epochs: the last one where it was
+        (``final``), then the first on its new host."""
         with self._cond:
-            return self._place(pair).id
+            host, final = self._place(pair)
+            if final:
+                host, final = self._place(pair)
+            assert not final
+            return host.id
 
     def learn(self, pair: str, cpu_s: float, seconds: float = 10.0) -> None:
         connector, _, task = pair.rpartition("/")
@@ -55,8 +61,12 @@ def test_a_busy_pair_gets_its_host_to_itself_and_the_others_move_off_at_their_ne
     assert sorted(len(p) for p in layout.values()) == [3, 3]
     busy = layout["h1"][0]
     pool.learn(busy, BUSY * 10 * 2)  # two cores' worth of seconds over 10 s: busy
+    neighbour = layout["h1"][1]
+    with pool._cond:  # a move: one last epoch where it is (drained, no bridge), then the new host
+        assert [(h.id, final) for h, final in (pool._place(neighbour), pool._place(neighbour))] == [
+            ("h1", True), ("h2", False)]
     for pair in layout["h1"]:
-        assert pool.place(pair) == ("h1" if pair == busy else "h2")
+        assert pool.place(pair) == ("h1" if pair == busy else "h2")  # (the neighbour has moved already)
     assert pool.layout() == {"h1": [busy], "h2": sorted(p for p in layout["h1"] + layout["h2"] if p != busy)}
     assert pool.moves == 2
     with pool._cond:  # the busy pair's old neighbours are evicted from h1's process
@@ -124,10 +134,10 @@ def test_results_of_a_host_declared_lost_are_dropped_and_work_waits_for_its_host
     t = threading.Thread(target=lambda: got.update(pool._work_request({"host": "h1", "wait": 2})))
     t.start()
     with pool._cond:
-        pool._hosts["h1"].inbox.append(("k", "spec"))
+        pool._hosts["h1"].inbox.append(("k", "spec", ["127.0.0.1", 1, "s"]))
         pool._cond.notify_all()
     t.join(3)
-    assert got == {"run": [{"key": "k", "spec": "spec"}], "evict": []}
+    assert got == {"run": [{"key": "k", "spec": "spec", "control": ["127.0.0.1", 1, "s"]}], "evict": []}
     late = EpochResult("a", 0, 1, RUNNING, {}, {}, 0.0, 1.0, token="k")
     assert pool._result_request({"host": "h1", "key": "k",
                                  "result": base64.b64encode(pickle.dumps(late)).decode()}) is False
