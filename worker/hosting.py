@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 BUSY = 0.3  # of a core: a pair this busy gets a host of its own
 HOT = 0.9  # of a core: a host whose pairs need more than this sheds one to a host with room
 _EMA = 0.5  # weight of the newest epoch in a pair's load
+MIN_LEARN_S = 1.0  # epochs shorter than this say nothing about a pair's load
 _LONG_POLL_S = 1.0  # a host's request for work waits this long for some
 _RESULT_MARGIN_S = 60.0  # beyond an epoch and its grace: a task start (lookups of 10 s), the way back
 _HOST_GONE_AFTER = 3  # consecutive failed requests for work before a host counts its driver gone
@@ -217,7 +218,7 @@ class HostPool:
         """What each live host runs (for status and metrics)."""
         with self._cond:
             return [{"host": h.id, "where": list(h.where) if h.where else None, "pairs": sorted(h.pairs),
-                     "load": round(self._load(h), 3)} for h in self._hosts.values() if h.alive]
+                     "load": round(self._load(h), 3), "moves": self.moves} for h in self._hosts.values() if h.alive]
 
     # -- placement -------------------------------------------------------------------------------
     def _load(self, host: _Host) -> float:
@@ -227,10 +228,14 @@ class HostPool:
         return self.loads.get(pair, 0.0) >= BUSY
 
     def _learn(self, pair: str, result: EpochResult) -> None:
-        cpu = (result.stats or {}).get("cpu_s")
-        if cpu is None or result.state == FAILED:
+        """Fold an epoch's CPU into the pair's load: steady epochs only. An epoch that (re)built the
+        runner spent its CPU connecting clients, and a short one (the first, persisting start
+        positions) would make that look like several cores."""
+        stats = result.stats or {}
+        cpu, wall = stats.get("cpu_s"), stats.get("wall_s")
+        if cpu is None or not wall or wall < MIN_LEARN_S or result.restarted or result.state == FAILED:
             return
-        used = cpu / result.duration
+        used = cpu / wall
         old = self.loads.get(pair)
         self.loads[pair] = used if old is None else _EMA * used + (1 - _EMA) * old
 
@@ -396,12 +401,12 @@ def serve_host(control: ControlAddress, host_id: str) -> int:
 def _run_and_report(control: ControlAddress, driver: ControlAddress | None, host_id: str, key: str,
                     spec: TaskPairSpec) -> None:
     """Run one epoch for the driver at ``driver`` and post its result to the pool at ``control``."""
-    cpu = time.thread_time()
+    cpu, wall = time.thread_time(), time.monotonic()
     try:
         result = run_task_pair_epoch(spec, driver)
     except BaseException as exc:  # noqa: BLE001 - run_task_pair_epoch reports failures; this is a bug there
         result = not_run(spec, "".join(traceback.format_exception(exc)), retriable=True)
-    result.stats = dict(result.stats or {}, cpu_s=time.thread_time() - cpu)
+    result.stats = dict(result.stats or {}, cpu_s=time.thread_time() - cpu, wall_s=time.monotonic() - wall)
     try:
         client_for(control).request("host_result", host=host_id, key=key,
                                     result=base64.b64encode(pickle.dumps(result)).decode())

@@ -231,10 +231,13 @@ class ConnectMetrics:
         pairs = GaugeMetricFamily("connect_pair_host_pairs", "Task pairs placed on the host.", labels=["host"])
         load = GaugeMetricFamily("connect_pair_host_load_cores", "CPU the host's pairs used, in cores (moving "
                                  "average of their epochs).", labels=["host"])
+        moves = CounterMetricFamily("connect_pair_moves", "Task pairs moved to another host (each restarts there "
+                                    "from its committed offsets).")
+        moves.add_metric([], executor.pool.moves if getattr(executor, "pool", None) is not None else 0)
         for h in hosts:
             pairs.add_metric([h["host"]], len(h["pairs"]))
             load.add_metric([h["host"]], h["load"])
-        return [waits, waited, count, pairs, load]
+        return [waits, waited, count, pairs, load, moves]
 
     # -- feeding -------------------------------------------------------------------------------
     def epoch(self, connector: str, result: EpochResult) -> None:

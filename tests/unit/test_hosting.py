@@ -34,7 +34,7 @@ class _Pool(HostPool):
 
     def learn(self, pair: str, cpu_s: float, seconds: float = 10.0) -> None:
         connector, _, task = pair.rpartition("/")
-        result = EpochResult(connector, int(task), 1, RUNNING, {}, {"cpu_s": cpu_s}, 0.0, seconds)
+        result = EpochResult(connector, int(task), 1, RUNNING, {}, {"cpu_s": cpu_s, "wall_s": seconds}, 0.0, seconds)
         with self._cond:
             self._learn(pair, result)
 
@@ -91,6 +91,19 @@ def test_a_pair_leaves_a_host_that_needs_more_than_a_core_for_one_with_room_and_
     assert pool.place("c6/0") == "h2"  # the quiet neighbour leaves the busy pairs' host
     assert pool.place("c6/0") == "h2"
     assert pool.moves == 2
+
+
+def test_only_steady_epochs_count_towards_a_pairs_load():
+    pool = _Pool(max_hosts=2)
+    pool.place("a/0")
+    restarted = EpochResult("a", 0, 1, RUNNING, {}, {"cpu_s": 0.4, "wall_s": 2.0}, 0.0, 2.0, restarted=True)
+    short = EpochResult("a", 0, 2, RUNNING, {}, {"cpu_s": 0.2, "wall_s": 0.05}, 0.0, 0.05)
+    with pool._cond:
+        pool._learn("a/0", restarted)  # its CPU went into building the runner (clients, connections)
+        pool._learn("a/0", short)  # 4 cores' worth over 50 ms says nothing
+    assert pool.loads == {}
+    pool.learn("a/0", 0.5)
+    assert pool.loads == {"a/0": 0.05}
 
 
 def test_a_lost_host_reports_its_epochs_failed_retriable_and_its_pairs_are_placed_again():
