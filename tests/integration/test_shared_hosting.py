@@ -12,13 +12,10 @@ import signal
 import threading
 import time
 
-import pytest
 from confluent_kafka import Producer
 from kafka_util import consume_all, create_topic, produce
-from netproxy import TcpProxy
 
 from worker.driver import Driver
-from worker.embedded import EmbeddedKafka, free_port
 from worker.pipeline import parse_pipeline
 from worker.spark import SparkExecutor
 from worker.store import OffsetStore
@@ -73,17 +70,6 @@ class _Running:
         raise AssertionError(f"{why} (after {timeout:.0f} s); results: "
                              + "; ".join(f"{r.connector}/{r.task} e{r.epoch} {r.state} pid {r.pid}"
                                          for r in self.results[-12:]))
-
-
-@pytest.fixture(scope="module")
-def proxied_target(tmp_path_factory):
-    port = free_port()
-    proxy = TcpProxy(port)
-    broker = EmbeddedKafka(port=port, advertised_port=proxy.port,
-                           log_path=tmp_path_factory.mktemp("hosted") / "tansu.log").start()
-    yield broker, proxy
-    proxy.close()
-    broker.stop()
 
 
 def test_pairs_in_one_python_worker_keep_committing_beside_a_failed_and_a_blocked_pair(
