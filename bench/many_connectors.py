@@ -14,8 +14,11 @@ target topic. Printed per N:
   before any connector, once every connector is RUNNING with no traffic, and the peak while the
   producer runs; and the number of processes in the tree.
 
+With ``--busy-beside N``: one connector copying a backlog of ``--busy-records`` as fast as it
+goes, on a worker alone and then beside N idle connectors (msg/s of each, steady state).
+
 Usage: python bench/many_connectors.py [--connectors 8,24] [--slots N] [--rate 50] [--seconds 40]
-       [--drain 60] [--set key=value ...]   (``--set``: worker settings, e.g. worker.task.slots=8;
+       [--drain 60] [--busy-beside N] [--set key=value ...]   (``--set``: worker settings, e.g. worker.task.slots=8;
        ``--connector-set``: keys of every connector, e.g. epoch.max.ms=2000)
 """
 
@@ -158,53 +161,70 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dict:
+def start_worker(tag: str, args, work: Path) -> tuple[subprocess.Popen, str, dict]:
+    """A `connect worker start` process and its REST address, once it answers."""
     port = free_port()
-    cfg = {"rest.port": port, "data.dir": str(work / f"data-{n}"), **dict(kv.split("=", 1) for kv in args.set)}
+    cfg = {"rest.port": port, "data.dir": str(work / f"data-{tag}"), **dict(kv.split("=", 1) for kv in args.set)}
     if args.slots:
         cfg["worker.task.slots"] = args.slots
-    (work / f"worker-{n}.json").write_text(json.dumps(cfg))
-    log = open(work / f"worker-{n}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker", "start", "--config", str(work / f"worker-{n}.json")],
+    (work / f"worker-{tag}.json").write_text(json.dumps(cfg))
+    log = open(work / f"worker-{tag}.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker", "start", "--config",
+                             str(work / f"worker-{tag}.json")],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    prefix = f"b{int(time.time())}-{n}"
-    topics = [f"{prefix}-{i}" for i in range(n)]
-    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(base + "/", timeout=5).status_code == 200:
+                return proc, base, cfg
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            stop(proc)
+            raise SystemExit(f"worker did not start; see {work / f'worker-{tag}.log'}")
+        time.sleep(0.5)
+
+
+def create_topics(bootstrap: str, topics: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
         f.result()
+
+
+def create_connectors(http: httpx.Client, names_topics: list[tuple[str, str]], src: EmbeddedKafka,
+                      dst: EmbeddedKafka, args) -> float:
+    """Create one Kafka->Kafka connector per (name, topic) and wait until all are RUNNING; seconds it took."""
+    t0 = time.monotonic()
+    for name, topic in names_topics:
+        config = {"source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap,
+                  "source.topics": topic, "source.start.position": "earliest", "sink.connector.class": "kafka",
+                  "sink.bootstrap.servers": dst.bootstrap, "sink.topic.template": "copy.{topic}",
+                  "tasks.max": "1", **dict(kv.split("=", 1) for kv in args.connector_set)}
+        while (r := http.post("/connectors", json={"name": name, "config": config})).status_code == 503:
+            time.sleep(0.5)  # still loading its stored connectors
+        assert r.status_code in (200, 201), r.text
+    names = {name for name, _ in names_topics}
+    while True:
+        states = http.get("/connectors", params={"expand": "status"}).json()
+        running = sum(1 for k, v in states.items() if k in names and v["status"]["connector"]["state"] == "RUNNING"
+                      and v["status"]["tasks"] and all(task["state"] == "RUNNING" for task in v["status"]["tasks"]))
+        if running == len(names):
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > 300:
+            raise SystemExit(f"{running} of {len(names)} connectors RUNNING after 300 s")
+        time.sleep(1)
+
+
+def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dict:
+    proc, base, cfg = start_worker(str(n), args, work)
+    prefix = f"b{int(time.time())}-{n}"
+    topics = [f"{prefix}-{i}" for i in range(n)]
+    create_topics(src.bootstrap, topics)
     try:
         with httpx.Client(base_url=base, timeout=30) as http:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if http.get("/").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"worker did not start; see {work / f'worker-{n}.log'}")
-                time.sleep(0.5)
             empty = rss_mb(tree(proc.pid))
-            t0 = time.monotonic()
-            for i, t in enumerate(topics):
-                config = {"source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap,
-                          "source.topics": t, "source.start.position": "earliest", "sink.connector.class": "kafka",
-                          "sink.bootstrap.servers": dst.bootstrap, "sink.topic.template": "copy.{topic}",
-                          "tasks.max": "1", **dict(kv.split("=", 1) for kv in args.connector_set)}
-                while (r := http.post("/connectors", json={"name": f"c{i}", "config": config})).status_code == 503:
-                    time.sleep(0.5)  # still loading its stored connectors
-                assert r.status_code in (200, 201), r.text
-            while True:
-                states = http.get("/connectors", params={"expand": "status"}).json()
-                running = sum(1 for v in states.values() if v["status"]["connector"]["state"] == "RUNNING"
-                              and all(task["state"] == "RUNNING" for task in v["status"]["tasks"]))
-                if running == n:
-                    break
-                if time.monotonic() - t0 > 300:
-                    raise SystemExit(f"{running} of {n} connectors RUNNING after 300 s")
-                time.sleep(1)
-            created_s = time.monotonic() - t0
+            created_s = create_connectors(http, [(f"c{i}", t) for i, t in enumerate(topics)], src, dst, args)
             time.sleep(5)  # settle: the first epochs persist start positions
             pids = tree(proc.pid)
             idle = rss_mb(pids)
@@ -230,6 +250,47 @@ def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dic
             "created_s": created_s}
 
 
+def busy_run(idle_n: int, records: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> float:
+    """msg/s of one connector copying a backlog of ``records`` (steady state: between the 10% and
+    90% arrival marks) on a worker that also runs ``idle_n`` connectors with no traffic."""
+    proc, base, _ = start_worker(f"busy-{idle_n}", args, work)
+    prefix = f"busy{int(time.time())}-{idle_n}"
+    idle_topics = [f"{prefix}-idle-{i}" for i in range(idle_n)]
+    busy = f"{prefix}-busy"
+    create_topics(src.bootstrap, [*idle_topics, busy])
+    p = Producer({"bootstrap.servers": src.bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(records):
+        while True:
+            try:
+                p.produce(busy, b"v" * 100, str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    try:
+        with httpx.Client(base_url=base, timeout=30) as http:
+            if idle_topics:
+                create_connectors(http, [(f"idle{i}", t) for i, t in enumerate(idle_topics)], src, dst, args)
+                time.sleep(5)
+            c = Consumer({"bootstrap.servers": dst.bootstrap, "group.id": f"busy-{time.time()}",
+                          "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 500})
+            c.assign([TopicPartition(f"copy.{busy}", 0, 0)])
+            threading.Thread(target=create_connectors, args=(http, [("busy", busy)], src, dst, args),
+                             daemon=True).start()
+            got, marks, deadline = 0, {}, time.monotonic() + 600
+            while got < records and time.monotonic() < deadline:
+                got += sum(1 for m in c.consume(10000, 0.2) if m.error() is None)
+                for mark in (0.1, 0.9):
+                    if mark not in marks and got >= mark * records:
+                        marks[mark] = (time.monotonic(), got)
+            c.close()
+    finally:
+        stop(proc)
+    if len(marks) < 2:
+        raise SystemExit(f"busy connector: only {got} of {records} records arrived")
+    return (marks[0.9][1] - marks[0.1][1]) / (marks[0.9][0] - marks[0.1][0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--connectors", default="8,24")
@@ -239,7 +300,17 @@ def main() -> None:
     ap.add_argument("--drain", type=float, default=60)
     ap.add_argument("--set", action="append", default=[], help="worker setting key=value")
     ap.add_argument("--connector-set", action="append", default=[], help="connector key=value")
+    ap.add_argument("--busy-beside", type=int, default=0, metavar="N",
+                    help="instead: one busy connector alone, then beside N idle ones (msg/s of each)")
+    ap.add_argument("--busy-records", type=int, default=1_000_000)
     args = ap.parse_args()
+    if args.busy_beside:
+        with tempfile.TemporaryDirectory() as tmp, EmbeddedKafka() as src, EmbeddedKafka() as dst:
+            alone = busy_run(0, args.busy_records, src, dst, args, Path(tmp))
+            beside = busy_run(args.busy_beside, args.busy_records, src, dst, args, Path(tmp))
+        print(f"one busy connector alone: {alone:,.0f} msg/s; beside {args.busy_beside} idle connectors: "
+              f"{beside:,.0f} msg/s = {beside / alone:.2f}x (target >= 0.9)")
+        return
     with tempfile.TemporaryDirectory() as tmp, EmbeddedKafka() as src, EmbeddedKafka() as dst:
         rows = [run(int(n), src, dst, args, Path(tmp)) for n in args.connectors.split(",")]
     print("| connectors | slots | delivered | latency p50 / p99 / max | worst connector p99 | RSS no connector / "

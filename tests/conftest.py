@@ -64,6 +64,23 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="module")
+def proxied_target(tmp_path_factory):
+    """A tansu broker behind a TcpProxy that tests can blackhole (``tests/netproxy.py``): (broker, proxy).
+    It advertises the proxy's port, so every connection a client opens goes through the proxy."""
+    from netproxy import TcpProxy
+
+    from worker.embedded import EmbeddedKafka, free_port
+
+    port = free_port()
+    proxy = TcpProxy(port)
+    broker = EmbeddedKafka(port=port, advertised_port=proxy.port,
+                           log_path=tmp_path_factory.mktemp("proxied") / "tansu.log").start()
+    yield broker, proxy
+    proxy.close()
+    broker.stop()
+
+
 @pytest.fixture
 def unique(request):
     """A topic/connector name unique to the test."""

@@ -29,8 +29,8 @@ def pair_pipeline(name: str, source: dict, sink: dict, **extra):
     return parse_pipeline({"name": name, "config": {k: str(v) for k, v in config.items()}})
 
 
-def make_driver(spark, data_dir: Path, *pipelines) -> Driver:
-    return Driver(SparkExecutor(spark), OffsetStore(data_dir), list(pipelines))
+def make_driver(spark, data_dir: Path, *pipelines, hosting: str = "shared", hosts: int = 0) -> Driver:
+    return Driver(SparkExecutor(spark, hosting=hosting, hosts=hosts), OffsetStore(data_dir), list(pipelines))
 
 
 def committed_total(driver: Driver) -> int:

@@ -71,6 +71,10 @@ def run(
     spark_conf: List[str] = typer.Option([], "--spark-conf", help="Extra Spark setting KEY=VALUE (repeatable)."),
     max_epochs: int | None = typer.Option(None, help="Stop after this many epochs."),
     quiet: bool = typer.Option(False, help="Print failures only."),
+    pair_hosting: str = typer.Option("shared", "--pair-hosting", help="shared: a few long-lived Spark tasks run "
+                                     "every task pair; job: one Spark job per epoch, a slot per pair."),
+    pair_hosts: int = typer.Option(0, "--pair-hosts", min=0, help="Most hosts with shared hosting; 0: twice the "
+                                   "cores, at most the slots."),
     client_config_policy: str = typer.Option("default", envvar="CONNECT_CLIENT_CONFIG_POLICY", help=_POLICY_HELP),
     client_allowed_paths: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_PATHS", help=_PATHS_HELP),
     client_allowed_keys: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_KEYS", help=_KEYS_HELP),
@@ -91,6 +95,8 @@ def run(
         redactor.add(pipeline.secret_values())
     install_log_redaction(redactor)
     conf = _parse_spark_conf(spark_conf)
+    if pair_hosting not in ("shared", "job"):
+        raise typer.BadParameter(f"{pair_hosting!r} is not one of shared, job", param_hint="--pair-hosting")
 
     from worker.driver import Driver
     from worker.progress import ProgressPrinter
@@ -126,8 +132,8 @@ def run(
         host = "127.0.0.1" if master.startswith("local") else control_host(starting.result())
         try:
             progress = ProgressPrinter(quiet=quiet, redact=redactor.redact)
-            driver = Driver(SparkExecutor(starting), store, pipelines, control_host=host, on_epoch=progress,
-                            on_idle=progress.idle)
+            executor = SparkExecutor(starting, hosting=pair_hosting, hosts=pair_hosts)
+            driver = Driver(executor, store, pipelines, control_host=host, on_epoch=progress, on_idle=progress.idle)
         except ConnectError as exc:
             typer.echo(redactor.redact(f"error: a connector could not start: {exc}"), err=True)
             raise typer.Exit(1) from None

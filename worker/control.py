@@ -180,6 +180,10 @@ class ControlClient:
                 pass
         self._sock = self._file = None
 
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
     def request(self, op: str, **fields: Any) -> Any:
         """The handler's answer; raises ConnectionError when the driver cannot be reached."""
         payload = orjson.dumps({"op": op, "secret": self._secret, **fields}) + b"\n"

@@ -327,6 +327,16 @@ class PipelineRuntime:
                 log.warning("stopping connector %s: %s", self.name, exc)
 
 
+def close_executor(executor: Executor) -> None:
+    """Let the executor end what it keeps running between epochs (hosts of task pairs)."""
+    close = getattr(executor, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception as exc:  # noqa: BLE001 - stopping goes on
+            log.warning("closing the executor: %s", exc)
+
+
 def wait_out_bridges(runtimes: Sequence[PipelineRuntime]) -> None:
     """Wait until no pair of ``runtimes`` can still be moving records between epochs (each pump
     ends ``epoch.bridge.ms`` after its epoch, or earlier at its stop flag): a connector started
@@ -392,6 +402,8 @@ class Driver:
         self._report_lock = threading.Lock()
         self.control = ControlServer(control_host)
         self.control.register("stop", lambda _request: self.stop_event.is_set())
+        self.control.register("stops", lambda request: list(request.get("connectors", ())) if self.stop_event.is_set()
+                              else [])
         self.control.register("offsets", self._offsets_request)
         self.control.register("wanted", self._wanted_request)
         executor.attach(self.control)
@@ -465,5 +477,6 @@ class Driver:
         for rt in self.runtimes:
             rt.stop()
         self.runtimes = []
+        close_executor(self.executor)
         self.control.close()
         self.store.close()

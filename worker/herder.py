@@ -44,7 +44,7 @@ from connect.records import partition_key
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from worker.control import ControlServer
-from worker.driver import Executor, PipelineRuntime, connector_turn, unwanted_pairs, wait_out_bridges
+from worker.driver import Executor, PipelineRuntime, close_executor, connector_turn, unwanted_pairs, wait_out_bridges
 from worker.lag import REFRESH_S, CommittedLag
 from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
 from worker.store import TARGET_STATES, StoredStatus, Stores
@@ -132,6 +132,7 @@ class Herder:
         self.redactor = Redactor()
         self.control = ControlServer(control_host)
         self.control.register("stop", self._stop_request)
+        self.control.register("stops", self._stops_request)
         self.control.register("offsets", self._offsets_request)
         self.control.register("wanted", self._wanted_request)
         executor.attach(self.control)
@@ -145,6 +146,10 @@ class Herder:
             return False
         c = self._connectors.get(name)
         return c is None or c.change_pending()
+
+    def _stops_request(self, request: dict) -> list[str]:
+        """Of the connectors named, those whose pairs should end their epoch now (``_stop_request``)."""
+        return [name for name in request.get("connectors", ()) if self._stop_request({"connector": name})]
 
     def _offsets_request(self, request: dict) -> dict[str, Any]:
         name = request.get("connector", "")
@@ -194,6 +199,7 @@ class Herder:
             if c.thread is not None:
                 c.thread.join(max(deadline - time.monotonic(), 0.1))
         wait_out_bridges([c.runtime for c in connectors if c.runtime is not None])
+        close_executor(self.executor)
         self.control.close()
 
     # -- validation ------------------------------------------------------------------------------
@@ -496,6 +502,9 @@ class Herder:
                 connector["trace"] = self.redactor.redact(c.trace)
             if c.runtime is not None and (waiting := c.runtime.waiting()):  # no task pair: say why
                 connector["waiting"] = self.redactor.redact(waiting)
+            slot_wait = getattr(self.executor, "slot_waits", dict)().get(name)
+            if slot_wait is not None:  # its epoch waits for free task slots (worker.pair.hosting=job)
+                connector["slot_wait_s"] = round(slot_wait, 1)
             behind = c.runtime.lag.of() if c.runtime is not None else c.stopped_lag.of()
             if behind is not None:  # left to deliver, from the committed offsets (worker.lag)
                 connector["lag"] = {"records": behind[0], "seconds": round(behind[1], 1)}

@@ -204,8 +204,40 @@ class ConnectMetrics:
         self._tasks: dict[tuple[str, int], _TaskSeries] = {}
         self._task_states: dict[tuple[str, int], str] = {}
         self._connector_states: dict[str, str] = {}
+        self._executor: Any = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self._families))
+
+    def watch_executor(self, executor: Any) -> None:
+        """Report how the executor hosts task pairs: slot waits (``job``), hosts and their load (``shared``)."""
+        self._executor = executor
+
+    def _executor_families(self) -> list:
+        executor = self._executor
+        if executor is None:
+            return []
+        waits = GaugeMetricFamily("connect_slot_wait_seconds", "How long the connector's current epoch has waited "
+                                  "for free task slots (worker.pair.hosting=job); 0 when it waits for none.",
+                                  labels=["connector"])
+        waited = CounterMetricFamily("connect_slot_waited_seconds", "Seconds the connector's epochs waited for free "
+                                     "task slots, in all (worker.pair.hosting=job).", labels=["connector"])
+        now = executor.slot_waits()
+        for who, seconds in sorted(executor.gate.waited_s.items()):
+            waits.add_metric([who], now.get(who, 0.0))
+            waited.add_metric([who], seconds)
+        hosts = executor.hosts()
+        count = GaugeMetricFamily("connect_pair_hosts", "Hosts running task pairs (worker.pair.hosting=shared).")
+        count.add_metric([], len(hosts))
+        pairs = GaugeMetricFamily("connect_pair_host_pairs", "Task pairs placed on the host.", labels=["host"])
+        load = GaugeMetricFamily("connect_pair_host_load_cores", "CPU the host's pairs used, in cores (moving "
+                                 "average of their epochs).", labels=["host"])
+        moves = CounterMetricFamily("connect_pair_moves", "Task pairs moved to another host (each restarts there "
+                                    "from its committed offsets).")
+        moves.add_metric([], executor.pool.moves if getattr(executor, "pool", None) is not None else 0)
+        for h in hosts:
+            pairs.add_metric([h["host"]], len(h["pairs"]))
+            load.add_metric([h["host"]], h["load"])
+        return [waits, waited, count, pairs, load, moves]
 
     # -- feeding -------------------------------------------------------------------------------
     def epoch(self, connector: str, result: EpochResult) -> None:
@@ -417,4 +449,5 @@ class ConnectMetrics:
                 lag_seconds.add_metric([*labels, part], seconds)
         out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values(), reported,
                 lag_records, lag_seconds]
+        out.extend(self._executor_families())
         return out

@@ -53,7 +53,8 @@ from connect.tasks.stages import build_chain
 from connect.transforms.chain import TransformsConfig
 from worker.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
-__all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id"]
+__all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id",
+           "evict_cached"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class TaskPairSpec:
     dlq_connector_class: type | None = None  # dlq.connector.class; None: the sink connector
     secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
     transforms: TransformsConfig | None = None  # the connector's transforms and predicates, parsed
+    final: bool = False  # the pair runs elsewhere next: drain what is in flight, no bridge after it
 
 
 @attrs.frozen
@@ -125,26 +127,59 @@ def _idle_after_s(policy: RunnerPolicy) -> float:
     return 2 * (policy.epoch_max_ms + policy.epoch_grace_ms) / 1000 + 10
 
 
+class _StopBoard:
+    """The stop flags of every pair this process runs for one driver, read in one request.
+
+    A process hosting many pairs would otherwise ask once per pair every 0.2 s (200 pairs: 1,000
+    requests a second to the driver). Connectors not asked about for a while are forgotten."""
+
+    def __init__(self, control: ControlAddress):
+        self._client = client_for(control)
+        self._lock = threading.Lock()
+        self._asked: dict[str, float] = {}  # connector -> when a pair last asked
+        self._stopping: set[str] = set()
+        self._next = 0.0
+        self._each = False  # a driver without ``stops``: one request per connector
+
+    def requested(self, connector: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            fresh = connector in self._asked
+            self._asked[connector] = now
+            if now >= self._next or not fresh:
+                self._next = now + _STOP_POLL_S
+                self._asked = {c: t for c, t in self._asked.items() if now - t < 10 * _STOP_POLL_S + 5}
+                self._stopping = self._read(sorted(self._asked))
+            return connector in self._stopping
+
+    def _read(self, connectors: list[str]) -> set[str]:
+        try:
+            if not self._each:
+                try:
+                    return set(self._client.request("stops", connectors=connectors))
+                except ConnectionError as exc:
+                    if "unknown op" not in str(exc):
+                        raise
+                    self._each = True
+            return {c for c in connectors if self._client.request("stop", connector=c)}
+        except ConnectionError:
+            return set(connectors)  # an unreachable driver means stop: nobody would receive the results
+
+
+_BOARDS: dict[tuple[str, int, str], _StopBoard] = {}
+
+
 def _stop_flag(control: ControlAddress | None, connector: str):
-    """A cheap ``stop_requested()``: asks the driver at most every 0.2 s whether the worker stops
-    or this connector leaves RUNNING; an unreachable driver means stop (nobody would receive this
-    epoch's result). A stop is asked again too: a paused connector that resumes runs again."""
+    """A cheap ``stop_requested()``: whether the worker stops or this connector leaves RUNNING, as
+    the driver said at most 0.2 s ago (:class:`_StopBoard`); an unreachable driver means stop. A stop
+    is asked again too: a paused connector that resumes runs again."""
     if control is None:
         return lambda: False
-    client = client_for(control)
-    state = {"next": 0.0, "stop": False}
-
-    def requested() -> bool:
-        now = time.monotonic()
-        if now >= state["next"]:
-            state["next"] = now + _STOP_POLL_S
-            try:
-                state["stop"] = bool(client.request("stop", connector=connector))
-            except ConnectionError:
-                state["stop"] = True
-        return state["stop"]
-
-    return requested
+    with _LOCK:
+        board = _BOARDS.get(tuple(control))
+        if board is None:
+            board = _BOARDS[tuple(control)] = _StopBoard(control)
+    return lambda: board.requested(connector)
 
 
 def _offset_lookup(spec: TaskPairSpec, control: ControlAddress | None):
@@ -197,6 +232,25 @@ def _evict(key: tuple[str, int]) -> None:
             cached.runner.stop()
         except Exception as exc:  # noqa: BLE001 - a stale runner failing to stop must not fail this epoch
             log.warning("stopping stale task pair %s-%s: %s", *key, exc)
+
+
+def evict_cached(connector: str, task: int, wait_s: float = 5.0) -> bool:
+    """Stop the runner cached here for a pair that now runs in another process (its pump first);
+    False if its lock could not be had within ``wait_s`` (an epoch still running here)."""
+    key = (connector, task)
+    cached = _RUNNERS.get(key)
+    if cached is None:
+        return True
+    cached.runner.halt()
+    lock = _pair_lock(key)
+    if not lock.acquire(timeout=wait_s):
+        return False
+    try:
+        if _RUNNERS.get(key) is cached:
+            _evict(key)
+        return True
+    finally:
+        lock.release()
 
 
 def _evict_idle(running: tuple[str, int]) -> None:
@@ -281,7 +335,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
             if control is not None:
                 _start_reaper()
         try:
-            result = cached.runner.run_epoch(spec.epoch)
+            result = cached.runner.run_epoch(spec.epoch, drain=spec.final)
         finally:
             cached.used_at = time.monotonic()
         result.restarted = restarted
@@ -290,7 +344,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         cached.last_epoch = spec.epoch
         if result.state == FAILED:
             _evict(key)
-        elif control is not None and spec.policy.epoch_bridge_ms > 0:
+        elif control is not None and spec.policy.epoch_bridge_ms > 0 and not spec.final:
             _bridge(key, cached, spec.epoch, spec.policy.epoch_bridge_ms / 1000)
         return result
 

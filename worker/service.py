@@ -73,6 +73,11 @@ WORKER_CONFIG = (
     .define("spark.master", Type.STRING, "", "Spark master; default local[worker.task.slots].")
     .define("worker.task.slots", Type.INT, 16, "Task pairs that can run at once in local mode (all connectors).",
             validator=in_range(1, 4096))
+    .define("worker.pair.hosting", Type.STRING, "shared", "shared: a few long-lived Spark tasks (hosts) run many "
+            "task pairs each, so a connector costs a thread, not a slot; job: one Spark job per epoch, a slot per pair "
+            "for the whole epoch (pairs beyond the slots take turns).", validator=one_of("shared", "job"))
+    .define("worker.pair.hosts", Type.INT, 0, "Most hosts (worker.pair.hosting=shared); 0: twice the cores, at most "
+            "worker.task.slots.", validator=in_range(0, 4096))
     .define("worker.id", Type.STRING, "", "Name of this worker in statuses; default host:rest.port.")
     .define_prefix("spark.conf.", "Spark settings, e.g. spark.conf.spark.executor.memory.")
     .define_prefix("store.kafka.client.", "Client settings of the store's Kafka clients (security, SASL...).")
@@ -236,7 +241,9 @@ class Worker:
         sock.bind((c.get("rest.host"), c.get("rest.port")))
         self.port = sock.getsockname()[1]
         worker_id = c.get("worker.id") or f"{c.get('rest.host')}:{self.port}"
-        self.herder = Herder(SparkExecutor(spark), self.stores, worker_id=worker_id, resolver=self._resolver,
+        executor = SparkExecutor(spark, hosting=c.get("worker.pair.hosting"), hosts=c.get("worker.pair.hosts"))
+        self.metrics.watch_executor(executor)
+        self.herder = Herder(executor, self.stores, worker_id=worker_id, resolver=self._resolver,
                              metrics=self.metrics, control_host=host, client_policy=self.client_policy)
         redactor = self.herder.redactor
         redactor.add(v for k, v in c.raw.items() if v and WORKER_CONFIG.is_secret(k))

@@ -7,6 +7,7 @@ inside a (reused) PySpark Python worker and returns only the small EpochResult.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sys
 import threading
@@ -20,7 +21,10 @@ from typing import Callable, Iterator, Mapping, Sequence
 from connect.tasks.results import EpochResult
 from worker.classarchive import ClassArchive
 from worker.control import ControlAddress
+from worker.hosting import HostPool
 from worker.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
+
+log = logging.getLogger(__name__)
 
 __all__ = ["build_spark", "start_spark", "SparkApp", "SparkExecutor", "default_master"]
 
@@ -228,15 +232,21 @@ class SlotGate:
     job that asked before it is in: a connector waits at most for the jobs queued ahead of it. A job
     wider than the application takes every slot."""
 
+    WARN_AFTER_S = 1.0  # a connector that waited this long for slots is named in the log (once)
+
     def __init__(self, slots: Callable[[], int]):
         self._slots = slots
         self._cond = threading.Condition()
         self._used = 0
         self._queue: deque[object] = deque()
+        self.waiting: dict[str, float] = {}  # connector -> since when (monotonic) its epoch waits for slots
+        self.waited_s: dict[str, float] = {}  # connector -> seconds its epochs waited for slots, in all
+        self._warned: set[str] = set()
 
     @contextmanager
-    def admit(self, pairs: int) -> Iterator[None]:
+    def admit(self, pairs: int, who: str = "") -> Iterator[None]:
         ticket = object()
+        since = time.monotonic()
         with self._cond:
             self._queue.append(ticket)
             try:
@@ -245,9 +255,20 @@ class SlotGate:
                     want = min(max(pairs, 1), total)
                     if self._queue[0] is ticket and self._used + want <= total:
                         break
+                    self.waiting.setdefault(who, since)
+                    if time.monotonic() - since > self.WARN_AFTER_S and who not in self._warned:
+                        self._warned.add(who)
+                        log.warning("connector %s waits for task slots: its %d pair(s) want slots while %d of %d are "
+                                    "taken and %d epoch(s) queue ahead of it; with worker.pair.hosting=job every "
+                                    "pair holds a slot for a whole epoch, so pairs beyond the slots take turns "
+                                    "(raise worker.task.slots, or use worker.pair.hosting=shared)", who or "-",
+                                    pairs, self._used, total, self._queue.index(ticket))
                     self._cond.wait(0.5)
             finally:  # admitted or not (an error, an interrupt), the ticket leaves the queue
                 self._queue.remove(ticket)
+                if self.waiting.get(who) == since:
+                    del self.waiting[who]
+                self.waited_s[who] = self.waited_s.get(who, 0.0) + time.monotonic() - since
                 self._cond.notify_all()
             self._used += want
         try:
@@ -258,23 +279,58 @@ class SlotGate:
                 self._cond.notify_all()
 
 
-class SparkExecutor:
-    """Runs one epoch of a connector's task pairs as one Spark job, one partition per pair.
+HOSTING_MODES = ("shared", "job")
 
-    Each connector's jobs are submitted from its own driver thread, in its own FAIR scheduler pool
-    (``spark.scheduler.pool`` = the connector name), so connectors never wait for each other.
-    The partitions claim their pairs from the driver (:class:`ClaimBook`) over the control
-    channel, which works in local mode and on a cluster alike.
+
+class SparkExecutor:
+    """Runs the epochs of a connector's task pairs on Spark, in one of two ways (``hosting``):
+
+    - ``shared`` (default): on long-lived host tasks that run many pairs each (:mod:`worker.hosting`);
+      ``hosts`` caps how many (default: twice the application's cores, at most its slots);
+    - ``job``: one Spark job per epoch, one partition per pair, each holding a slot for the epoch.
+      Each connector's jobs are submitted from its own driver thread, in its own FAIR scheduler pool
+      (``spark.scheduler.pool`` = the connector name), so connectors never wait for each other, except
+      for free slots (:class:`SlotGate`). The partitions claim their pairs from the driver
+      (:class:`ClaimBook`) over the control channel, which works in local mode and on a cluster alike.
     """
 
-    def __init__(self, spark):
+    def __init__(self, spark, hosting: str = "shared", hosts: int = 0):
         """``spark``: a :class:`SparkApp`, or a future of one still starting (see :func:`start_spark`)."""
+        if hosting not in HOSTING_MODES:
+            raise ValueError(f"worker.pair.hosting must be one of {', '.join(HOSTING_MODES)}, not {hosting!r}")
         self._spark = spark
+        self.hosting = hosting
+        self._hosts_wanted = hosts
         self.claims = ClaimBook()
         self.control: ControlAddress | None = None
         self._jobs = itertools.count()
         self.gate = SlotGate(self._slot_count)
         self._slots = (0, 0.0)  # (count, when read)
+        self.pool: HostPool | None = None  # shared hosting: the Spark application's pool, from attach()
+
+    def slot_waits(self) -> dict[str, float]:
+        """Connector -> seconds its current epoch has waited for task slots so far (``job`` hosting)."""
+        now = time.monotonic()
+        return {who: now - since for who, since in list(self.gate.waiting.items())}
+
+    def hosts(self) -> list[dict]:
+        """The live hosts and their pairs (``shared`` hosting), else []."""
+        return self.pool.hosts() if self.pool is not None else []
+
+    def close(self) -> None:
+        """Hosts end (their Spark jobs return) at their next request for work."""
+        if self.pool is not None:
+            self.pool, pool = None, self.pool
+            pool.release()
+
+    def _max_hosts(self) -> int:
+        """``hosts`` if set, else twice the cores (local mode: this machine's; a cluster: its slots),
+        at most the slots: more Python processes than that only add memory."""
+        slots = self._slot_count()
+        if self._hosts_wanted > 0:
+            return min(self._hosts_wanted, slots)
+        cores = os.cpu_count() or 1 if self.sc.master.startswith("local") else slots
+        return max(1, min(slots, 2 * cores))
 
     def _slot_count(self) -> int:
         """The application's task slots (local[N]: N; a cluster: its executors' cores), read again every 5 s."""
@@ -300,6 +356,8 @@ class SparkExecutor:
     def attach(self, server) -> None:
         """Serve claims on the driver's control channel."""
         server.register("claim", self.claims.claim)
+        if self.hosting == "shared" and self.pool is None:
+            self.pool = HostPool.acquire(self._spark, lambda: self.sc, server.address[0], self._max_hosts)
         self.control = server.address
 
     def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch", pool: str | None = None
@@ -307,11 +365,13 @@ class SparkExecutor:
         if self.control is None:
             raise RuntimeError("SparkExecutor.attach(control server) must be called before run()")
         specs = list(specs)
+        if self.pool is not None:
+            return self.pool.run(specs, self.control)
         job = JobContext(self.control, f"job-{next(self._jobs)}")
         sc = self.sc
         sc.setLocalProperty("spark.scheduler.pool", pool or "default")
         sc.setJobDescription(f"connect {description}: {len(specs)} task pair(s)")
-        with self.gate.admit(len(specs)):
+        with self.gate.admit(len(specs), pool or ""):
             self.claims.open(job.job, [pair_id(s.connector, s.task) for s in specs])
             try:
                 results = (sc.parallelize(range(len(specs)), len(specs))

@@ -106,6 +106,27 @@ class _Carry:
         self.error: BaseException | None = None  # raised by the pump: the next epoch fails with it
 
 
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]  # epochs and pumps running with the cyclic collector paused; was it enabled before
+
+
+def gc_pause() -> None:
+    """Pause the cyclic collector for an epoch or pump. Counted: a process runs many pairs at once
+    (shared hosting), and the collector comes back when the last of them ends, as it was."""
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
+
+
+def gc_resume() -> None:
+    with _GC_LOCK:
+        _GC_PAUSES[0] -= 1
+        if _GC_PAUSES[0] == 0 and _GC_PAUSES[1]:
+            gc.enable()
+
+
 class TaskPairRunner:
     """Owns a started source task and sink task; ``run_epoch`` moves records between them.
 
@@ -202,7 +223,10 @@ class TaskPairRunner:
         return max(self._deadline - time.monotonic(), 0.0)
 
     # -- one epoch ---------------------------------------------------------------------------
-    def run_epoch(self, epoch: int, *, max_ms: int | None = None, max_records: int | None = None) -> EpochResult:
+    def run_epoch(self, epoch: int, *, max_ms: int | None = None, max_records: int | None = None,
+                  drain: bool = False) -> EpochResult:
+        """One epoch. ``drain``: wait (within the grace period) for every record in flight to be
+        acknowledged, as a stop does: the pair is about to run elsewhere, from these offsets."""
         p = self.policy
         max_ms = p.epoch_max_ms if max_ms is None else max_ms
         max_records = p.epoch_max_records if max_records is None else max_records
@@ -215,8 +239,7 @@ class TaskPairRunner:
         # Records are acyclic and freed by reference counting; the cyclic collector would
         # re-scan every in-flight record many times per epoch. Pause it and collect the young
         # generations at each commit point instead.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        gc_pause()
         try:
             if self._failed:
                 raise TaskFailedError("task failed in an earlier epoch; restart it")
@@ -235,7 +258,7 @@ class TaskPairRunner:
             self._set_deadline(min(end_polling, time.monotonic()) + p.epoch_grace_ms / 1000)
             # An asynchronous sink's records in flight stay with the pair (next epoch), unless it stops.
             # (A synchronous sink was flushed by the commit point already.)
-            drain = self._async and self._stop_requested()
+            drain = self._async and (drain or self._stop_requested())
             try:
                 self._resend_due(stats)
                 self._commit_point(committed, handler, stats)
@@ -260,8 +283,7 @@ class TaskPairRunner:
             log.error("task %s failed in epoch %d: %s", self.name, epoch, exc)
         finally:
             self._set_deadline(float("inf"))
-            if gc_was_enabled:
-                gc.enable()
+            gc_resume()
         lag = reported = None
         try:
             lag = self.source.lag()
@@ -303,8 +325,7 @@ class TaskPairRunner:
         if self._carry is None:
             self._carry = self._open_epoch()
         carry = self._carry
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        gc_pause()
         self._set_deadline(until)
         try:
             if not self._halt.is_set():
@@ -315,8 +336,7 @@ class TaskPairRunner:
             carry.error = exc
         finally:
             self._set_deadline(float("inf"))
-            if gc_was_enabled:
-                gc.enable()
+            gc_resume()
 
     def halt(self) -> None:
         """Stop a ``pump`` (from another thread): its loop ends at the next batch."""

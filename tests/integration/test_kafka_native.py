@@ -10,7 +10,6 @@ import attrs
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_util import consume_all, create_topic
-from netproxy import TcpProxy
 from pipeline_util import first_copies_out_of_order
 
 from connect.errors import DeliveryError, RetriableError
@@ -21,7 +20,6 @@ from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
 from connectors.kafka import KafkaSinkConnector, KafkaSinkTask, KafkaSourceTask
 from connectors.kafka.native import KafkaCodec
-from worker.embedded import EmbeddedKafka, free_port
 
 BIG = ("pad", b"p" * 3000)  # over the sink's message.max.bytes (2000) below, not over the DLQ's
 
@@ -81,17 +79,6 @@ def _consume(bootstrap: str, topic: str, parts: int, n: int) -> list:
     c.close()
     assert len(msgs) == n
     return msgs
-
-
-@pytest.fixture(scope="module")
-def proxied_target(tmp_path_factory):
-    port = free_port()
-    proxy = TcpProxy(port)
-    broker = EmbeddedKafka(port=port, advertised_port=proxy.port,
-                           log_path=tmp_path_factory.mktemp("proxied") / "tansu.log").start()
-    yield broker, proxy
-    proxy.close()
-    broker.stop()
 
 
 def _policy(**kw) -> RunnerPolicy:

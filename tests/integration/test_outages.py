@@ -13,26 +13,12 @@ import time
 
 import pytest
 from kafka_util import consume_all, create_topic
-from netproxy import TcpProxy
 from pipeline_util import committed_positions, committed_total, first_copies_out_of_order, kafka_pipeline, make_driver
-
-from worker.embedded import EmbeddedKafka, free_port
 
 EPOCH_MS, GRACE_MS = 2000, 2000
 # An epoch may last epoch.max.ms + epoch.grace.ms, plus the last source poll (100 ms) and the
 # Spark job's own overhead; 1.5 s covers both on a loaded 2-core machine.
 EPOCH_BOUND_S = (EPOCH_MS + GRACE_MS) / 1000 + 1.5
-
-
-@pytest.fixture(scope="module")
-def proxied_target(tmp_path_factory):
-    port = free_port()
-    proxy = TcpProxy(port)
-    broker = EmbeddedKafka(port=port, advertised_port=proxy.port,
-                           log_path=tmp_path_factory.mktemp("proxied") / "tansu.log").start()
-    yield broker, proxy
-    proxy.close()
-    broker.stop()
 
 
 class SteadyProducer(threading.Thread):

@@ -120,6 +120,9 @@ def test_lifecycle_pause_resume_stop_offsets_update_delete(worker_factory, kafka
     metrics = c.get("/metrics").text
     assert f'connect_records_polled_total{{connector="{name}"' in metrics
     assert f'connect_task_state{{connector="{name}",state="RUNNING",task="0"}} 1.0' in metrics
+    hosts = [line for line in metrics.splitlines() if line.startswith("connect_pair_hosts ")]
+    assert hosts and float(hosts[0].split()[1]) >= 1  # shared hosting (the default): its hosts are reported
+    assert "connect_pair_host_load_cores{host=" in metrics
     lagging = {line.split("partition=")[1].split(",")[0] for line in metrics.splitlines()
                if line.startswith(f'connect_partition_lag_records{{connector="{name}"')}
     assert lagging == {f'"{topic}/0"', f'"{topic}/1"'}  # one series per source partition
