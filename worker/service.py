@@ -223,8 +223,11 @@ class Worker:
         """Start Spark, the herder (resuming stored connectors) and the REST server (in a thread)."""
         import uvicorn
 
+        from worker.address import record_start
+        from worker.console import ConsoleHistory, ConsoleViews
         from worker.herder import Herder
-        from worker.rest import RestAuth, create_app
+        from worker.replicators import Replicators
+        from worker.rest import VERSION, RestAuth, create_app
         from worker.spark import SparkExecutor, control_host, start_spark
 
         c = self.config
@@ -244,11 +247,6 @@ class Worker:
         redactor.add(v for k, v in c.raw.items() if v and WORKER_CONFIG.is_secret(k))
         install_log_redaction(redactor)
         auth = RestAuth(c.get("rest.auth.token"), c.get("rest.auth.user"), c.get("rest.auth.password"))
-        from worker.address import record_start
-        from worker.console import ConsoleHistory, ConsoleViews
-        from worker.replicators import Replicators
-        from worker.rest import VERSION
-
         tls = {}
         if c.get("rest.tls.certfile"):
             tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
