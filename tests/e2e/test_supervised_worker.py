@@ -12,6 +12,9 @@ directory alone. At the end every record produced is in the target (0 lost), dup
 within what was in flight plus one epoch per pair per kill, the paused connector moved nothing,
 and ``supervisorctl stop`` stops the worker cleanly.
 
+Once more on a Spark standalone cluster (master and worker on loopback, ``tests/spark_cluster.py``),
+with one kill: the killed driver's executors end with its application.
+
 The systemd unit in ``conf/systemd`` is checked with ``systemd-analyze verify`` where that tool
 exists (it cannot be run here: no systemd as PID 1).
 """
@@ -33,7 +36,10 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+import spark_cluster as cluster_fixtures
 from kafka_util import consume_all, create_topic, produce
+
+spark_cluster = cluster_fixtures.spark_cluster
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -151,8 +157,12 @@ def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_losing_nothing(kafka_pair, unique,
-                                                                                              tmp_path):
+def _supervised_mirror_survives_kill_9(kafka_pair, unique: str, tmp_path: Path, *, kills: int,
+                                       settings: dict | None = None, env: dict | None = None,
+                                       also_gone=lambda: set()) -> None:
+    """The scenario of the module docstring with ``kills`` kills; ``settings`` add to the worker config,
+    ``env`` is supervisord's (and so the worker's) environment, ``also_gone()`` names processes besides
+    the driver's own that must be gone after a kill (a cluster's executors of the killed driver)."""
     src, dst = kafka_pair
     run = Path(tempfile.mkdtemp(prefix="sv"))  # a short path: the control socket's name is bounded
     data_dir, log = tmp_path / "data", tmp_path / "worker.log"
@@ -160,7 +170,7 @@ def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_l
     url = f"http://127.0.0.1:{port}"
     worker_conf = tmp_path / "worker.json"
     worker_conf.write_bytes(orjson.dumps({"rest.port": port, "data.dir": str(data_dir), "worker.task.slots": 4,
-                                          "spark.conf.spark.ui.enabled": "false"}))
+                                          "spark.conf.spark.ui.enabled": "false", **(settings or {})}))
     running, paused = f"run-{unique}"[:120], f"pause-{unique}"[:120]
     for topic in (running, paused):
         create_topic(src.bootstrap, topic, 2)
@@ -176,15 +186,15 @@ def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_l
             "max.in.flight.records": str(IN_FLIGHT)}}))
 
     supervisord = subprocess.Popen([str(BIN / "supervisord"), "-c", str(_supervisord_conf(run, worker_conf, data_dir, log))],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     produced = [0]
     stop_producing = threading.Event()
 
-    def keep_producing() -> None:  # the load: 1,000 records every 0.2 s while the driver dies and comes back
+    def keep_producing() -> None:  # the load: 500 records every 0.5 s while the driver dies and comes back
         while not stop_producing.is_set():
-            produce(src.bootstrap, running, 1000, 2, start=produced[0], headers=False)
-            produced[0] += 1000
-            stop_producing.wait(0.2)
+            produce(src.bootstrap, running, 500, 2, start=produced[0], headers=False)
+            produced[0] += 500
+            stop_producing.wait(0.5)
 
     producer = threading.Thread(target=keep_producing, daemon=True)
     recoveries: list[tuple[float, float]] = []
@@ -195,7 +205,7 @@ def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_l
             assert created.returncode == 0, created.stderr
         producer.start()
         _wait(lambda: _in_target_state(url, running, paused), 60, "both connectors in their target states", log)
-        for kill in range(1, KILLS + 1):
+        for kill in range(1, kills + 1):
             before = _committed(url, running)
             _wait(lambda before=before: _committed(url, running) >= before + 3000, 90,
                   f"progress before kill {kill}", log)
@@ -204,8 +214,9 @@ def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_l
             assert address["generation"] == kill
             assert Path(f"/proc/{driver}").exists() and int(
                 Path(f"/proc/{driver}/stat").read_text().rsplit(")", 1)[1].split()[1]) == supervisord.pid
-            left_behind = _descendants(driver)  # its JVM and the JVM's Python workers
+            left_behind = _descendants(driver)  # its JVM and, in local mode, the JVM's Python workers
             assert left_behind, "the driver has no JVM child: Spark did not start as expected"
+            left_behind |= also_gone()
             os.kill(driver, signal.SIGKILL)
             killed_at = time.monotonic()
 
@@ -235,11 +246,12 @@ def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_l
         expected = {f"value-{i}".encode() for i in range(n)}
         assert values == expected, f"{len(expected - values)} of {n} records lost"
         duplicates = len(got) - n
-        print(f"\nsupervised worker: {KILLS} x kill -9 of the driver under supervisord; REST API answering again "
+        master = (settings or {}).get("spark.master", "local")
+        print(f"\nsupervised worker ({master}): {kills} x kill -9 of the driver under supervisord; REST API answering again "
               f"after {', '.join(f'{h:.1f}' for h, _ in recoveries)} s, both connectors in their target states after "
               f"{', '.join(f'{r:.1f}' for _, r in recoveries)} s (bound {RECOVERY_BOUND_S:.0f} s); {n} records, "
-              f"0 lost, {duplicates} duplicates (bound {KILLS * DUPLICATES_PER_KILL})")
-        assert duplicates <= KILLS * DUPLICATES_PER_KILL, "more replayed than in flight + one epoch per pair, per kill"
+              f"0 lost, {duplicates} duplicates (bound {kills * DUPLICATES_PER_KILL})")
+        assert duplicates <= kills * DUPLICATES_PER_KILL, "more replayed than in flight + one epoch per pair, per kill"
         assert consume_all(dst.bootstrap, f"sv.{paused}", range(2), 0, timeout=3) == []
         assert _status(url, paused)["connector"]["state"] == "PAUSED"
 
@@ -263,6 +275,23 @@ def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_l
             pass
         supervisord.wait(10)
         shutil.rmtree(run, ignore_errors=True)
+
+
+def test_worker_under_supervisord_comes_back_after_kill_9_in_its_target_states_losing_nothing(kafka_pair, unique,
+                                                                                              tmp_path):
+    _supervised_mirror_survives_kill_9(kafka_pair, unique, tmp_path, kills=KILLS)
+
+
+def test_worker_on_a_spark_standalone_cluster_comes_back_under_supervisord_after_kill_9(kafka_pair, spark_cluster,
+                                                                                        unique, tmp_path):
+    """Once on a standalone cluster: the master drops the killed driver's application, whose executors
+    (and their Python workers) end; the new driver registers a new application."""
+    settings = {"spark.master": spark_cluster.master_url,
+                **{f"spark.conf.{k}": v for k, v in spark_cluster.driver_conf().items() if k != "spark.master"}}
+    _supervised_mirror_survives_kill_9(kafka_pair, unique, tmp_path, kills=1, settings=settings,
+                                       env=spark_cluster.driver_env(),
+                                       also_gone=lambda: {p for e in spark_cluster.executor_pids()
+                                                          for p in (e, *spark_cluster.python_pids(e))})
 
 
 def test_the_shipped_systemd_unit_passes_systemd_analyze_verify(tmp_path):
