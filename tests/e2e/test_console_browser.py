@@ -129,7 +129,7 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
             expect(page.locator("#tasks tbody tr[data-task]")).to_have_count(1)
             page.screenshot(path=str(shots / "console-link.png"), full_page=True)
 
-            page.locator("a[href='#/']").click()
+            page.locator("#back").click()
             expect(page.locator(flow)).to_have_attribute("data-health", "paused", timeout=15_000)
             others = page.locator("g.flow").evaluate_all("els => els.map(e => [e.dataset.flow, e.dataset.health])")
             assert [n for n, h in others if h == "paused"] == [target], others
@@ -138,7 +138,7 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
             page.locator("#resume").click()
             expect(page.locator("#state")).to_have_attribute("data-state", "RUNNING", timeout=30_000)
             assert api.get(f"/connectors/{target}/status").json()["connector"]["state"] == "RUNNING"
-            page.locator("a[href='#/']").click()
+            page.locator("#back").click()
             expect(page.locator(flow)).not_to_have_attribute("data-health", "paused", timeout=15_000)
 
             # an action the API refuses: the page shows the API's own text

@@ -2,7 +2,8 @@
 // code. It polls GET /console/summary (every connector in one request) or GET /console/connectors/NAME
 // every 2 s, draws the topology as SVG (clusters on a circle, flows as curved arrows) and the link
 // page's charts as SVG polylines, and sends the REST API's own pause/resume/restart/stop requests.
-// Every text is set with textContent (never innerHTML): connector names and traces cannot inject markup.
+// Every text is set as a text node or textContent, never parsed as HTML: connector names and traces
+// cannot inject markup.
 "use strict";
 
 const POLL_MS = 2000;
@@ -276,7 +277,7 @@ async function act(label, method, path) {
 function buildConnectorPage(view, name) {
   const base = `/connectors/${encodeURIComponent(name)}`;
   view.append(
-    h("p", {}, h("a", { href: "#/" }, "\u2190 topology")),
+    h("p", {}, h("a", { id: "back", href: "#/" }, "\u2190 topology")),
     h("h2", { id: "title" }, name),
     h("div", { class: "actions" },
       h("button", { id: "pause", onclick: () => act(`Pause ${name}`, "PUT", `${base}/pause`) }, "Pause"),
