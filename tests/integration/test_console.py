@@ -8,6 +8,7 @@ finds the worker from the address it wrote. The browser's view of all this is
 from __future__ import annotations
 
 import base64
+import time
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 from integration.test_kafka_mirror import produce_with_one_oversized
 from worker.cli import app as cli
+from worker.console import SLOTS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -139,3 +141,24 @@ def test_a_refused_record_shows_its_reason_dead_letter_count_and_trace_on_the_li
     assert any("MSG_SIZE_TOO_LARGE" in r["reason"] for r in doc["failure_reasons"]), doc["failure_reasons"]
     flows = {f["name"]: f for f in c.get("/console/summary").json()["flows"]}
     assert flows[name]["dead_lettered"] >= 1
+
+
+def test_one_summary_request_answers_for_100_connectors(worker_factory):
+    """The topology page polls one document whatever the number of connectors: with 100 (PAUSED, on
+    in-memory test connectors) it lists them all, and quickly."""
+    w, c = worker_factory()
+    for i in range(100):
+        config = {"source.connector.class": "memory-source", "source.records": "0", "sink.connector.class": "memory-sink"}
+        r = c.post("/connectors", json={"name": f"m{i:03d}", "config": config, "initial_state": "PAUSED"})
+        assert r.status_code == 201, r.text
+    wait_for(lambda: all(f["state"] == "PAUSED" for f in c.get("/console/summary").json()["flows"]), 60,
+             "100 connectors PAUSED")
+    timings = []
+    for _ in range(5):
+        started = time.monotonic()
+        summary = c.get("/console/summary")
+        timings.append(time.monotonic() - started)
+        assert summary.status_code == 200 and len(summary.json()["flows"]) == 100
+    assert max(timings) < 1.0, f"GET /console/summary took {max(timings):.2f} s with 100 connectors"
+    connectors, samples = w.history.size()
+    assert connectors <= 100 and samples <= connectors * SLOTS
