@@ -27,9 +27,10 @@ from starlette.concurrency import run_in_threadpool
 
 from worker.console import ConsoleViews
 
-__all__ = ["console_routes", "ASSETS", "UI_PREFIX"]
+__all__ = ["console_routes", "ASSETS", "UI_PREFIX", "CONSOLE_PREFIX"]
 
 UI_PREFIX = "/ui"
+CONSOLE_PREFIX = "/console/"  # the JSON documents the page polls
 ASSETS = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 _PAGE = "index.html"
 _HEADERS = {
@@ -68,7 +69,7 @@ def console_routes(app: FastAPI, views: ConsoleViews, redact) -> None:
                             status_code=404, media_type="application/json")
         return Response(assets[name], media_type=ASSETS[name], headers=_HEADERS)
 
-    @app.get("/console/summary", summary="Every connector as a flow between clusters, for the console")
+    @app.get(f"{CONSOLE_PREFIX}summary", summary="Every connector as a flow between clusters, for the console")
     async def console_summary():
         def build():
             views.history.sample_if_due()
@@ -76,7 +77,7 @@ def console_routes(app: FastAPI, views: ConsoleViews, redact) -> None:
 
         return json_answer(await run_in_threadpool(build))
 
-    @app.get("/console/connectors/{name}", summary="One connector in full, for the console's link page")
+    @app.get(f"{CONSOLE_PREFIX}connectors/{{name}}", summary="One connector in full, for the console's link page")
     async def console_connector(name: str):
         def build():
             views.history.sample_if_due()

@@ -30,7 +30,7 @@ from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.console import ConsoleHistory, ConsoleViews
-from worker.consoleweb import UI_PREFIX, console_routes
+from worker.consoleweb import CONSOLE_PREFIX, UI_PREFIX, console_routes
 from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
 from worker.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 
@@ -161,13 +161,16 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
     async def authenticate(request: Request, call_next: Callable):
         path = request.url.path
         ui = path == UI_PREFIX or path.startswith(f"{UI_PREFIX}/")
+        console = ui or path.startswith(CONSOLE_PREFIX)
         # The console's page holds no data; with only a token (a browser cannot be asked for one)
         # it loads without credentials and asks for the token itself (``worker.consoleweb``).
         open_page = ui and auth.basic is None
         if auth.enabled and path != "/health" and not open_page and not auth.allows(request.headers.get("authorization")):
             response = _error(401, "Authentication required: send Authorization: Bearer <token> or Basic credentials")
-            # The console's page: a browser asks for basic credentials only when Basic is the challenge.
-            response.headers["WWW-Authenticate"] = ('Basic realm="connect", charset="UTF-8"' if ui
+            # The console's page and documents, with basic credentials configured: Basic alone is the
+            # challenge, which a browser answers by asking for them (and then sends them itself).
+            response.headers["WWW-Authenticate"] = ('Basic realm="connect", charset="UTF-8"'
+                                                    if console and auth.basic is not None
                                                     else 'Bearer, Basic realm="connect"')
             return response
         if not herder.started.is_set() and not ui and path not in ("/", "/health", "/openapi.json", "/docs"):

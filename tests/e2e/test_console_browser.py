@@ -102,6 +102,7 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
             page.on("dialog", on_dialog)
             page.goto(f"{url}/ui")
             expect(page.locator("body")).to_have_attribute("data-loaded", "true", timeout=30_000)
+            expect(page.locator("#login")).to_be_hidden()  # basic credentials: the browser's, no token asked
             expect(page.locator("g.cluster")).to_have_count(3)
             expect(page.locator("g.flow")).to_have_count(6)
             assert sorted(page.locator("g.cluster").evaluate_all("els => els.map(e => e.dataset.cluster)")) == ["A", "B", "C"]

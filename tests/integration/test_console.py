@@ -36,6 +36,9 @@ def test_with_basic_auth_the_console_asks_for_credentials_and_the_api_answers_40
     assert page.headers["WWW-Authenticate"].startswith("Basic "), "a browser asks for credentials only for Basic"
     for path in ("/ui/", "/ui/assets/console.js", "/console/summary", "/connectors", "/metrics"):
         assert httpx.get(f"{url}{path}", timeout=10).status_code == 401, path
+    # the documents the page polls challenge as the page does, so the browser answers with what it was given
+    assert httpx.get(f"{url}/console/summary", timeout=10).headers["WWW-Authenticate"].startswith("Basic ")
+    assert httpx.get(f"{url}/connectors", timeout=10).headers["WWW-Authenticate"].startswith("Bearer, Basic")
     assert httpx.get(f"{url}/ui", headers=_basic("ops", "wrong"), timeout=10).status_code == 401
     assert httpx.get(f"{url}/health", timeout=10).status_code == 200  # probes need no credentials
 

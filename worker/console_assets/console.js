@@ -96,7 +96,9 @@ async function api(method, path) {
   if (text) {
     try { body = JSON.parse(text); } catch (_) { body = null; }
   }
-  if (response.status === 401) document.getElementById("login").hidden = false;
+  // A Basic challenge is the browser's to answer (it asks for credentials); only a bearer token is ours.
+  const challenge = response.headers.get("WWW-Authenticate") || "";
+  if (response.status === 401 && !/^\s*basic/i.test(challenge)) document.getElementById("login").hidden = false;
   const message = body && body.message ? body.message : `${response.status} ${response.statusText}`;
   return { ok: response.ok, status: response.status, body, message };
 }
@@ -157,7 +159,7 @@ function buildTopologyPage(view) {
     HEALTHS.map((k) => h("span", {}, h("i", { class: k }), k))); // colours by class: the CSP allows no inline style
   view.append(
     h("h2", {}, "Topology"),
-    h("div", { class: "panel" }, s("svg", { id: "topology", class: "topology", viewBox: "0 0 960 600",
+    h("div", { class: "panel" }, s("svg", { id: "topology", class: "topology", viewBox: "0 0 960 680",
                                               role: "img", "aria-label": "clusters and replication flows" }), legend),
     h("input", { class: "filter", id: "filter", placeholder: "filter flows by name or cluster", value: filterText,
                  oninput: (e) => { filterText = e.target.value; renderFlowTable(lastSummary); } }),
@@ -180,11 +182,12 @@ function markers() {
 
 function flowLabel(f) {
   const lag = f.lag ? fmt(f.lag.records, 0) : "?";
-  return `${fmt(f.records_per_second)} rec/s \u00b7 lag ${lag}`;
+  const rate = f.records_per_second;
+  return `${fmt(rate, rate !== null && rate >= 100 ? 0 : 1)} rec/s \u00b7 lag ${lag}`;
 }
 
 function drawTopology(svg, summary) {
-  const W = 960, H = 600, cx = W / 2, cy = H / 2, R = Math.min(W, H) / 2 - 95, NODE = 38;
+  const W = 960, H = 680, cx = W / 2, cy = H / 2, R = H / 2 - 90, NODE = 38;
   const clusters = summary.clusters;
   const at = {};
   clusters.forEach((c, i) => {
@@ -218,7 +221,8 @@ function drawTopology(svg, summary) {
       const p0 = { x: a.x + u0.x * NODE, y: a.y + u0.y * NODE };
       const p2 = { x: b.x + u2.x * (NODE + 3), y: b.y + u2.y * (NODE + 3) };
       d = `M ${p0.x} ${p0.y} Q ${c.x} ${c.y} ${p2.x} ${p2.y}`;
-      lx = 0.25 * p0.x + 0.5 * c.x + 0.25 * p2.x; ly = 0.25 * p0.y + 0.5 * c.y + 0.25 * p2.y;
+      // the label beside the curve's middle, on its outer side: the two directions of a link part
+      lx = 0.25 * p0.x + 0.5 * c.x + 0.25 * p2.x + px * 16; ly = 0.25 * p0.y + 0.5 * c.y + 0.25 * p2.y + py * 16;
     }
     const open = () => { location.hash = `#/connector/${encodeURIComponent(f.name)}`; };
     parts.push(s("g", { class: "flow", "data-flow": f.name, "data-health": f.health, "data-state": f.state, onclick: open },
