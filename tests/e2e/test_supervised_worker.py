@@ -190,11 +190,11 @@ def _supervised_mirror_survives_kill_9(kafka_pair, unique: str, tmp_path: Path, 
     produced = [0]
     stop_producing = threading.Event()
 
-    def keep_producing() -> None:  # the load: 500 records every 0.5 s while the driver dies and comes back
+    def keep_producing() -> None:  # the load: 1,000 records every 0.25 s while the driver dies and comes back
         while not stop_producing.is_set():
-            produce(src.bootstrap, running, 500, 2, start=produced[0], headers=False)
-            produced[0] += 500
-            stop_producing.wait(0.5)
+            produce(src.bootstrap, running, 1000, 2, start=produced[0], headers=False)
+            produced[0] += 1000
+            stop_producing.wait(0.25)
 
     producer = threading.Thread(target=keep_producing, daemon=True)
     recoveries: list[tuple[float, float]] = []
