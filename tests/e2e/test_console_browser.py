@@ -158,3 +158,29 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
         if os.environ.get("UPDATE_SCREENSHOTS") == "1":
             DOCS.mkdir(exist_ok=True)
             shutil.copyfile(shots / shot, DOCS / shot)
+
+
+def test_with_only_a_token_the_page_asks_for_it_and_then_shows_the_worker(worker_factory):
+    chromium = chromium_path()
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        unavailable("playwright is not installed: pip install -e '.[test]'")
+    token = "console-browser-token-5e0b"
+    w, _ = worker_factory(**{"rest.auth.token": token})
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True)
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{w.port}/ui")
+        expect(page.locator("#login")).to_be_visible(timeout=15_000)  # the API answered 401 with a Bearer challenge
+        assert page.locator("body").get_attribute("data-loaded") is None
+        page.locator("#token").fill("not-the-token")
+        page.locator("#login button").click()
+        expect(page.locator("#login")).to_be_visible(timeout=15_000)
+        page.locator("#token").fill(token)
+        page.locator("#login button").click()
+        expect(page.locator("body")).to_have_attribute("data-loaded", "true", timeout=15_000)
+        expect(page.locator("#login")).to_be_hidden()
+        expect(page.locator("#worker-generation")).to_have_text("1")
+        assert page.evaluate("sessionStorage.getItem('connect-token')") == token
+        browser.close()
