@@ -154,3 +154,19 @@ def test_figures_keep_failure_reasons_bounded_and_the_last_trace():
     assert f["last_failure"]["trace"] == "Traceback: boom" and f["last_failure"]["task"] == 0
     metrics.remove("c")
     assert metrics.figures(["c"]) == {}
+
+
+def test_every_console_asset_is_served_and_shipped_as_package_data():
+    """A file added to worker/console_assets must be both served (consoleweb.ASSETS) and in the wheel."""
+    import fnmatch
+    from pathlib import Path
+
+    from worker.consoleweb import ASSETS
+
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[2]
+    files = sorted(p.name for p in (root / "worker" / "console_assets").iterdir())
+    assert files == sorted([*ASSETS, "index.html"])
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["worker"]
+    for name in files:
+        assert any(fnmatch.fnmatch(f"console_assets/{name}", p) for p in patterns), f"{name} is not package data"
