@@ -100,6 +100,8 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
                 dialog.accept() if answer["accept"] else dialog.dismiss()
 
             page.on("dialog", on_dialog)
+            polls: list[float] = []
+            page.on("request", lambda r: polls.append(time.monotonic()) if r.url.endswith("/console/summary") else None)
             page.goto(f"{url}/ui")
             expect(page.locator("body")).to_have_attribute("data-loaded", "true", timeout=30_000)
             expect(page.locator("#login")).to_be_hidden()  # basic credentials: the browser's, no token asked
@@ -111,6 +113,10 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
             page.wait_for_function("() => [...document.querySelectorAll('g.flow text.figures')]"
                                    ".every(t => !t.textContent.startsWith('-'))", timeout=30_000)
             page.screenshot(path=str(shots / "console-topology.png"), full_page=True)
+            window = time.monotonic()
+            page.wait_for_timeout(6_000)  # live: one summary request (for all six flows) at least every 2 s
+            seen = [t for t in polls if t >= window]
+            assert len(seen) >= 3 and max(b - a for a, b in zip(seen, seen[1:], strict=False)) <= 2.5, seen
 
             page.locator(flow).dispatch_event("click")  # the arrow opens its link page
             expect(page.locator("#state")).to_have_attribute("data-state", "RUNNING", timeout=15_000)

@@ -128,6 +128,7 @@ function refresh() { // poll now, in place of the poll that was due (one polling
 }
 
 async function tick(mine) {
+  const began = Date.now();
   const r = route();
   const path = r.view === "connector" ? `/console/connectors/${encodeURIComponent(r.name)}` : "/console/summary";
   const answer = await api("GET", path);
@@ -141,7 +142,8 @@ async function tick(mine) {
   } else if (answer.status !== 401) {
     document.getElementById("updated").textContent = `not updated: ${answer.message}`;
   }
-  timer = setTimeout(() => tick(mine), POLL_MS);
+  // the next poll POLL_MS after this one began: an update at least every 2 s, however long the answer took
+  timer = setTimeout(() => tick(mine), Math.max(200, POLL_MS - (Date.now() - began)));
 }
 
 function renderWorker(w) {
