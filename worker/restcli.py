@@ -215,7 +215,7 @@ _PANEL = "Connection"
 _CONN_PARAMS = [
     inspect.Parameter("url", _KW, default=None, annotation=Annotated[str | None, typer.Option(
         "--url", envvar="CONNECT_URL", rich_help_panel=_PANEL,
-        help=f"Base URL of the worker's REST API [default: from --data-dir, else {DEFAULT_URL}]")]),
+        help=f"Base URL of the worker's REST API (default: the one in --data-dir's rest.json, else {DEFAULT_URL}).")]),
     inspect.Parameter("data_dir", _KW, default=None, annotation=Annotated[Path | None, typer.Option(
         "--data-dir", envvar="CONNECT_DATA_DIR", rich_help_panel=_PANEL,
         help="The worker's data directory: its URL is read from rest.json there when --url is not given.")]),
