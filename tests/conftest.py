@@ -33,6 +33,15 @@ def kafka_pair(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def third_kafka(tmp_path_factory):
+    """A third Kafka-compatible cluster, for meshes and rings with ``kafka_pair`` (one per session:
+    the mesh tests and the console's browser test share it)."""
+    broker = EmbeddedKafka(log_path=tmp_path_factory.mktemp("kafka3") / "c.log").start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
 def pulsar_pair(tmp_path_factory):
     """Two independent pulsar-lite clusters: (source, target). Topics are not partitioned unless
     made so with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""

@@ -25,7 +25,10 @@ gauges (no acknowledgement timed in the last epoch, or the runner does not repor
 once its runner first reports acknowledgements (the ``acknowledged`` / ``ack_latency_*`` stats).
 
 Latencies are exported in seconds (stats carry milliseconds). Failure reasons are not exported
-(unbounded label values); the progress lines and logs carry them.
+(unbounded label values); the progress lines and logs carry them, and :meth:`ConnectMetrics.figures`
+keeps them per connector for the console (at most :data:`REASONS_KEPT` distinct ones, the rest
+counted under ``OTHER_REASONS``; texts masked by the executors and cut to ``REASON_SHOWN``), with
+the last FAILED trace.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from connect import __version__
-from connect.tasks.results import FAILED, RUNNING, EpochResult
+from connect.tasks.results import FAILED, OTHER_REASONS, REASON_SHOWN, REASONS_KEPT, RUNNING, EpochResult
 
 __all__ = ["ConnectMetrics", "STATES", "DURATION_BUCKETS", "RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED",
            "RESTARTING"]
@@ -205,6 +208,8 @@ class ConnectMetrics:
         self._task_states: dict[tuple[str, int], str] = {}
         self._connector_states: dict[str, str] = {}
         self._executor: Any = None
+        self._reasons: dict[str, dict[str, int]] = {}  # connector -> failure reason -> records (bounded)
+        self._last_failure: dict[str, tuple[int, float, str]] = {}  # connector -> (task, unix time, trace)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self._families))
 
@@ -270,6 +275,7 @@ class ConnectMetrics:
                                     for k, v in (getattr(result, "partition_lag", None) or {}).items()
                                     if len(v) == 2 and _number(v[0]) is not None and _number(v[1]) is not None}
 
+            self._keep_failures(connector, result, stats)
             series.set_gauge("in_flight", stats.get("in_flight"))
             series.set_gauge("lag", result.lag)
             series.set_gauge("gap", result.gap_s)
@@ -278,6 +284,19 @@ class ConnectMetrics:
             if has_ack_latency and series.ack_latency is None:
                 series.ack_latency = [0.0, 0]
             series.observe_latency(series.ack_latency, "ack", stats, ack_samples if has_ack_latency else 0)
+
+    def _keep_failures(self, connector: str, result: EpochResult, stats: Mapping[str, Any]) -> None:
+        """Failure reasons summed per connector (bounded) and the last FAILED trace (the caller holds the lock)."""
+        reasons = stats.get("failure_reasons")
+        if isinstance(reasons, dict) and reasons:
+            kept = self._reasons.setdefault(connector, {})
+            for reason, n in reasons.items():
+                reason = str(reason)[:REASON_SHOWN]
+                if reason not in kept and len(kept) >= REASONS_KEPT:
+                    reason = OTHER_REASONS
+                kept[reason] = kept.get(reason, 0) + int(_delta(n))
+        if result.state == FAILED and result.trace:
+            self._last_failure[connector] = (int(result.task), float(result.ended_at), str(result.trace))
 
     def lag(self, connector: str, task: int, behind: tuple[int, float] | None,
             partitions: Mapping[str, tuple[int, float]], keys: Iterable[str]) -> None:
@@ -332,6 +351,45 @@ class ConnectMetrics:
             for key in [k for k in self._task_states if k[0] == connector]:
                 del self._task_states[key]
             self._connector_states.pop(connector, None)
+            self._reasons.pop(connector, None)
+            self._last_failure.pop(connector, None)
+
+    def figures(self, connectors: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Per connector (every one with series, or those named), its figures for the console in one
+        pass under the lock: counters summed over its task pairs (``records``, ``acknowledged``,
+        ``committed``, ``errors``, ``transient``, ``dead_lettered``, ``skipped``, ``dismissed``,
+        ``customer_handled``, ``filtered``), ``lag`` (None when no pair knows), the largest
+        replication latency of the last epochs (seconds), per task its own gauges (``reported``) and
+        its lag per partition label, the failure reasons and the last FAILED trace."""
+        wanted = None if connectors is None else set(connectors)
+        keys = {"records": "connect_records_polled", "committed": "connect_records_committed",
+                "errors": "connect_record_errors", "transient": "connect_transient_failures",
+                "dead_lettered": "connect_records_dead_lettered", "skipped": "connect_records_skipped",
+                "dismissed": "connect_records_dismissed", "customer_handled": "connect_records_customer_handled",
+                "filtered": "connect_records_filtered"}
+        out: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for (name, task), s in self._tasks.items():
+                if wanted is not None and name not in wanted:
+                    continue
+                f = out.get(name)
+                if f is None:
+                    f = out[name] = {**dict.fromkeys(keys, 0.0), "acknowledged": 0.0, "lag": None, "latency_max": None,
+                                     "tasks": {}}
+                for key, metric in keys.items():
+                    f[key] += s.counters[metric]
+                f["acknowledged"] += s.acknowledged or 0.0
+                if "lag" in s.gauges:
+                    f["lag"] = (f["lag"] or 0.0) + s.gauges["lag"]
+                if "latency_max" in s.gauges:
+                    f["latency_max"] = max(f["latency_max"] or 0.0, s.gauges["latency_max"])
+                f["tasks"][task] = {"reported": dict(s.reported), "partition_lag": dict(s.partition_lag),
+                                    "epochs": s.epochs, "failed_epochs": s.failed}
+            for name, f in out.items():
+                f["failure_reasons"] = dict(self._reasons.get(name, {}))
+                last = self._last_failure.get(name)
+                f["last_failure"] = None if last is None else {"task": last[0], "at": last[1], "trace": last[2]}
+        return out
 
     def remove_task(self, connector: str, task: int) -> None:
         """Drop every series of one task pair (gone after a reconfiguration)."""

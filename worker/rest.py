@@ -29,6 +29,8 @@ from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
+from worker.console import ConsoleHistory, ConsoleViews
+from worker.consoleweb import CONSOLE_PREFIX, UI_PREFIX, console_routes
 from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
 from worker.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 
@@ -146,8 +148,10 @@ _VALIDATE = _body_schema(_STRINGS, "A config of the plugin to check.")
 def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None, replicators: Any = None,
                allowed_hosts: Iterable[str] = ("localhost", "localhost.localdomain"),
                allowed_origins: Iterable[str] = (), max_body: int = DEFAULT_MAX_BODY,
-               max_json_depth: int = DEFAULT_MAX_DEPTH) -> FastAPI:
-    """The ASGI application over ``herder``, behind :class:`worker.restguard.RestGuard`."""
+               max_json_depth: int = DEFAULT_MAX_DEPTH, console: Any = None) -> FastAPI:
+    """The ASGI application over ``herder``, behind :class:`worker.restguard.RestGuard`, with the
+    operator console (``worker.consoleweb``) over ``console`` (a :class:`worker.console.ConsoleViews`;
+    None: one whose history is sampled by the console's own requests)."""
     app = FastAPI(title="connect-bridge worker", version=VERSION,
                   description="Kafka Connect's REST API over a Spark-based cross-broker connector worker.")
     app.state.max_json_depth = max_json_depth
@@ -156,11 +160,20 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
     @app.middleware("http")
     async def authenticate(request: Request, call_next: Callable):
         path = request.url.path
-        if auth.enabled and path != "/health" and not auth.allows(request.headers.get("authorization")):
+        ui = path == UI_PREFIX or path.startswith(f"{UI_PREFIX}/")
+        console = ui or path.startswith(CONSOLE_PREFIX)
+        # The console's page holds no data; with only a token (a browser cannot be asked for one)
+        # it loads without credentials and asks for the token itself (``worker.consoleweb``).
+        open_page = ui and auth.basic is None
+        if auth.enabled and path != "/health" and not open_page and not auth.allows(request.headers.get("authorization")):
             response = _error(401, "Authentication required: send Authorization: Bearer <token> or Basic credentials")
-            response.headers["WWW-Authenticate"] = 'Bearer, Basic realm="connect"'
+            # The console's page and documents, with basic credentials configured: Basic alone is the
+            # challenge, which a browser answers by asking for them (and then sends them itself).
+            response.headers["WWW-Authenticate"] = ('Basic realm="connect", charset="UTF-8"'
+                                                    if console and auth.basic is not None
+                                                    else 'Bearer, Basic realm="connect"')
             return response
-        if not herder.started.is_set() and path not in ("/", "/health", "/openapi.json", "/docs"):
+        if not herder.started.is_set() and not ui and path not in ("/", "/health", "/openapi.json", "/docs"):
             # Until the stored connectors are loaded, a request could create a second copy of one.
             return _error(503, "The worker is still starting: its stored connectors are not loaded yet; retry shortly")
         return await call_next(request)
@@ -382,6 +395,10 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
 
     if replicators is not None:
         _replicator_routes(app, replicators, metrics)
+    if console is None:
+        console = ConsoleViews(herder, metrics, ConsoleHistory(metrics, herder.connector_names),
+                               lambda: {"worker_id": herder.worker_id, "version": VERSION})
+    console_routes(app, console, herder.redactor.redact)
     # Added last, so it runs first: nothing (authentication included) sees a refused request.
     app.add_middleware(RestGuard, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, max_body=max_body)
     return app

@@ -1,7 +1,9 @@
 """``connect connectors``: drive a running worker through its REST API (the Kafka Connect one).
 
-Every command talks to the worker at ``--url`` (env ``CONNECT_URL``, default
-``http://127.0.0.1:8083``) and shares these connection options:
+Every command talks to the worker at ``--url`` (env ``CONNECT_URL``); without one, at the URL the
+worker wrote into its data directory ``--data-dir`` (env ``CONNECT_DATA_DIR``, as ``connect worker
+start`` reads it; ``worker.address``), else ``http://127.0.0.1:8083``. They share these connection
+options:
 
 - ``--token`` (env ``CONNECT_TOKEN``): sends ``Authorization: Bearer <token>``;
 - ``--user`` / ``--password`` (env ``CONNECT_USER`` / ``CONNECT_PASSWORD``): HTTP basic auth;
@@ -115,10 +117,27 @@ def _seg(name: str) -> str:
     return quote(name, safe="")
 
 
+def _worker_url(url: str | None, data_dir: Path | None) -> str:
+    """``--url`` when given, else the URL the worker wrote into ``--data-dir`` (``worker.address``),
+    else :data:`DEFAULT_URL`."""
+    if url:
+        return url
+    if data_dir is None:
+        return DEFAULT_URL
+    from connect.errors import ConnectError
+    from worker.address import read_address
+
+    try:
+        return read_address(data_dir).url
+    except ConnectError as exc:
+        typer.echo(f"cannot find the worker: {exc}", err=True)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+
+
 class _Client:
-    def __init__(self, url: str, token: str | None, user: str | None, password: str | None,
-                 insecure: bool, cacert: Path | None):
-        url = url.strip().rstrip("/")
+    def __init__(self, url: str | None, data_dir: Path | None, token: str | None, user: str | None,
+                 password: str | None, insecure: bool, cacert: Path | None):
+        url = _worker_url(url, data_dir).strip().rstrip("/")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise _usage_error(f"--url must be an http:// or https:// URL, not {_display_url(url)!r}")
@@ -194,8 +213,12 @@ def _error_of(response: httpx.Response) -> _WorkerError:
 _KW = inspect.Parameter.KEYWORD_ONLY
 _PANEL = "Connection"
 _CONN_PARAMS = [
-    inspect.Parameter("url", _KW, default=DEFAULT_URL, annotation=Annotated[str, typer.Option(
-        "--url", envvar="CONNECT_URL", rich_help_panel=_PANEL, help="Base URL of the worker's REST API.")]),
+    inspect.Parameter("url", _KW, default=None, annotation=Annotated[str | None, typer.Option(
+        "--url", envvar="CONNECT_URL", rich_help_panel=_PANEL,
+        help=f"Base URL of the worker's REST API (default: the one in --data-dir's rest.json, else {DEFAULT_URL}).")]),
+    inspect.Parameter("data_dir", _KW, default=None, annotation=Annotated[Path | None, typer.Option(
+        "--data-dir", envvar="CONNECT_DATA_DIR", rich_help_panel=_PANEL,
+        help="The worker's data directory: its URL is read from rest.json there when --url is not given.")]),
     inspect.Parameter("token", _KW, default=None, annotation=Annotated[str | None, typer.Option(
         "--token", envvar="CONNECT_TOKEN", show_envvar=True, rich_help_panel=_PANEL,
         help="Bearer token (sent as 'Authorization: Bearer').")]),

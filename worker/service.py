@@ -203,6 +203,8 @@ class Worker:
         self.herder = None
         self.server = None
         self.port: int | None = None
+        self.address = None  # worker.address.WorkerAddress, once the REST socket is bound
+        self.history = None  # worker.console.ConsoleHistory, sampling while the worker runs
 
     def _open_stores(self):
         c = self.config
@@ -226,8 +228,11 @@ class Worker:
         """Start Spark, the herder (resuming stored connectors) and the REST server (in a thread)."""
         import uvicorn
 
+        from worker.address import record_start
+        from worker.console import ConsoleHistory, ConsoleViews
         from worker.herder import Herder
-        from worker.rest import RestAuth, create_app
+        from worker.replicators import Replicators
+        from worker.rest import VERSION, RestAuth, create_app
         from worker.spark import SparkExecutor, control_host, start_spark
 
         c = self.config
@@ -249,17 +254,24 @@ class Worker:
         redactor.add(v for k, v in c.raw.items() if v and WORKER_CONFIG.is_secret(k))
         install_log_redaction(redactor)
         auth = RestAuth(c.get("rest.auth.token"), c.get("rest.auth.user"), c.get("rest.auth.password"))
-        from worker.replicators import Replicators
-
-        self.replicators = Replicators(self.herder, self.providers, self.keystore_root)
-        app = create_app(self.herder, auth=auth, metrics=self.metrics, replicators=self.replicators,
-                         allowed_hosts=_comma_list(c.get("rest.allowed.hosts")),
-                         allowed_origins=_comma_list(c.get("rest.allowed.origins")),
-                         max_body=c.get("rest.max.body.bytes"), max_json_depth=c.get("rest.max.json.depth"))
         tls = {}
         if c.get("rest.tls.certfile"):
             tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
                    "ssl_keyfile_password": c.get("rest.tls.keyfile.password") or None}
+        # Where it listens and how many times it started, in its data directory (worker.address):
+        # `connect connectors --data-dir` finds it there, and the console shows the generation.
+        self.address = address = record_start(c.get("data.dir"), scheme="https" if tls else "http",
+                                              host=c.get("rest.host"), port=self.port, worker_id=worker_id)
+        self.replicators = Replicators(self.herder, self.providers, self.keystore_root)
+        self.history = ConsoleHistory(self.metrics, self.herder.connector_names)
+        identity = {"worker_id": worker_id, "version": VERSION, "pid": address.pid, "started_at": address.started_at,
+                    "generation": address.generation, "store": c.get("store")}
+        console = ConsoleViews(self.herder, self.metrics, self.history, lambda: identity)
+        app = create_app(self.herder, auth=auth, metrics=self.metrics, replicators=self.replicators,
+                         allowed_hosts=_comma_list(c.get("rest.allowed.hosts")),
+                         allowed_origins=_comma_list(c.get("rest.allowed.origins")),
+                         max_body=c.get("rest.max.body.bytes"), max_json_depth=c.get("rest.max.json.depth"),
+                         console=console)
         # log_config=None: uvicorn's loggers propagate to the root handlers, which mask secrets.
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", log_config=None, **tls)
         self.server = uvicorn.Server(config)
@@ -267,10 +279,13 @@ class Worker:
         threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="rest", daemon=True).start()
         _ready(spark)  # a Spark that cannot start ends here, with its error
         self.herder.start()
-        scheme = "https" if tls else "http"
-        log.info("worker %s: REST API on %s://%s:%d", worker_id, scheme, c.get("rest.host"), self.port)
+        self.history.start()
+        log.info("worker %s (generation %d): REST API on %s, console on %s/ui", worker_id, address.generation,
+                 address.url, address.url)
 
     def close(self) -> None:
+        if self.history is not None:
+            self.history.close()
         if self.herder is not None:
             self.herder.close()
         if self.server is not None:

@@ -23,16 +23,8 @@ from typer.testing import CliRunner
 
 from integration.test_replication_mesh import kafka_values
 from worker.cli import app as cli
-from worker.embedded import EmbeddedKafka
 
 pytestmark = pytest.mark.timeout(500)
-
-
-@pytest.fixture(scope="module")
-def third_kafka(tmp_path_factory):
-    broker = EmbeddedKafka(log_path=tmp_path_factory.mktemp("kafka3") / "c.log").start()
-    yield broker
-    broker.stop()
 
 
 def _connect(*args: str) -> str:

@@ -22,17 +22,8 @@ from kafka_util import create_topic, produce
 from pipeline_util import make_driver, pair_pipeline
 
 from connect.tasks.origin import DEFAULT_ORIGIN_PROPERTY as PROP
-from worker.embedded import EmbeddedKafka
 
 pytestmark = pytest.mark.timeout(400)
-
-
-@pytest.fixture(scope="module")
-def third_kafka(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kafka3")
-    broker = EmbeddedKafka(log_path=root / "c.log").start()
-    yield broker
-    broker.stop()
 
 
 def kafka_values(bootstrap: str, topic: str, partitions: int = 2) -> list[tuple[bytes, bytes | None]]:
