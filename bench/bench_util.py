@@ -7,10 +7,10 @@ import os
 import tempfile
 import time
 
-from worker.driver import Driver
 from worker.pipeline import parse_pipeline
-from worker.spark import SparkExecutor
-from worker.store import OffsetStore
+from worker.runtime.driver import Driver
+from worker.runtime.spark import SparkExecutor
+from worker.stores.store import OffsetStore
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -38,7 +38,7 @@ from bench_util import fill_kafka, timed_epoch, tree_cpu  # noqa: E402
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
 from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
-from worker.spark import build_spark  # noqa: E402
+from worker.runtime.spark import build_spark  # noqa: E402
 
 PARTITIONS = 2
 

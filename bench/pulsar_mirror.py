@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_util import fill_kafka, timed_epoch  # noqa: E402
 
 from worker.embedded import EmbeddedKafka, EmbeddedPulsar  # noqa: E402
-from worker.spark import build_spark  # noqa: E402
+from worker.runtime.spark import build_spark  # noqa: E402
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 

@@ -36,7 +36,7 @@ from connect.tasks.replication import DEFAULT_ORIGIN_PROPERTY, replication_stage
 from connect.tasks.stages import StageChain  # noqa: E402
 from connect.tasks.topology import Flow, Topology  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
-from worker.spark import build_spark  # noqa: E402
+from worker.runtime.spark import build_spark  # noqa: E402
 
 BATCH = 5_000
 TWO_HOPS = [("i", b"1"), (DEFAULT_ORIGIN_PROPERTY, b"X,Y")]

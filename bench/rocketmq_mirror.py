@@ -32,7 +32,7 @@ from bench_util import timed_epoch  # noqa: E402
 from connectors.rocketmq.client import SyncRocketMQClient  # noqa: E402
 from connectors.rocketmq.mapping import message_properties, record_fields  # noqa: E402
 from worker.embedded import EmbeddedRocketMQ  # noqa: E402
-from worker.spark import build_spark  # noqa: E402
+from worker.runtime.spark import build_spark  # noqa: E402
 
 PULL, BATCH = 512, 256  # the source's pull.batch.size and the sink's batch.size defaults
 

@@ -5,7 +5,7 @@ SparkContext, a first trivial job (Python daemon and worker start), and ``SparkA
 
 - ``stock``: no class archive (``CONNECT_CLASS_ARCHIVE=off``), PySpark's own daemon module;
 - ``aids``: the driver JVM's class archive (recorded by a first run not counted here) and
-  ``worker.pydaemon``, i.e. what `connect run` does.
+  ``worker.runtime.pydaemon``, i.e. what `connect run` does.
 
 Usage: python bench/startup.py [--rounds 3]
 """
@@ -31,7 +31,7 @@ def one_run(variant: str) -> None:
     t0 = time.monotonic()
     import pyspark.java_gateway as java_gateway
 
-    import worker.spark as ws
+    import worker.runtime.spark as ws
 
     marks = {}
     launch = java_gateway.launch_gateway

@@ -66,7 +66,7 @@ def rocketmq_pair(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spark():
-    from worker.spark import build_spark
+    from worker.runtime.spark import build_spark
 
     session = build_spark("local[4]", {"spark.ui.enabled": "false", "spark.driver.memory": "1g"}, app_name="tests")
     yield session

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worker.driver import Driver
 from worker.pipeline import parse_pipeline
-from worker.spark import SparkExecutor
-from worker.store import OffsetStore
+from worker.runtime.driver import Driver
+from worker.runtime.spark import SparkExecutor
+from worker.stores.store import OffsetStore
 
 
 def kafka_pipeline(name: str, source: str, target: str, **extra: Any):

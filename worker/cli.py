@@ -17,9 +17,9 @@ from connect.errors import ConfigError, ConnectError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
+from worker.http.restcli import app as connectors_app
 from worker.pipeline import PipelineConfig, load_pipeline_file
-from worker.replicatorcli import app as replicators_app
-from worker.restcli import app as connectors_app
+from worker.replication.replicatorcli import app as replicators_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ.")
@@ -98,10 +98,10 @@ def run(
     if pair_hosting not in ("shared", "job"):
         raise typer.BadParameter(f"{pair_hosting!r} is not one of shared, job", param_hint="--pair-hosting")
 
-    from worker.driver import Driver
-    from worker.progress import ProgressPrinter
-    from worker.spark import SparkExecutor, control_host, default_master, start_spark
-    from worker.store import DataDirLocked, OffsetStore
+    from worker.runtime.driver import Driver
+    from worker.runtime.spark import SparkExecutor, control_host, default_master, start_spark
+    from worker.stores.store import DataDirLocked, OffsetStore
+    from worker.telemetry.progress import ProgressPrinter
 
     try:  # before Spark starts: a second worker on this directory stops here, with the reason
         store = OffsetStore(data_dir)
@@ -173,7 +173,7 @@ def worker_start(
     logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from worker.service import load_worker_config, serve
-    from worker.store import DataDirLocked
+    from worker.stores.store import DataDirLocked
 
     overrides = {"rest.port": port, "rest.host": host, "data.dir": str(data_dir) if data_dir else None}
     try:

@@ -1,6 +1,6 @@
 """The herder of a long-lived worker: connectors submitted at run time, their target states and epochs.
 
-``connect run`` runs a fixed set of connectors (:class:`worker.driver.Driver`); the worker service
+``connect run`` runs a fixed set of connectors (:class:`worker.runtime.driver.Driver`); the worker service
 (``connect worker start``) runs this instead. One Spark application serves every connector; each
 connector has its own thread and stream of epochs (its own scheduler pool), so submitting,
 changing, pausing or deleting one never restarts Spark or touches the others, and one connector's
@@ -43,12 +43,12 @@ from connect.providers import mask_config, parse_references
 from connect.records import partition_key
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
-from worker.control import ControlServer
-from worker.driver import Executor, PipelineRuntime, close_executor, connector_turn, unwanted_pairs, wait_out_bridges
-from worker.lag import REFRESH_S, CommittedLag
 from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
-from worker.store import TARGET_STATES, StoredStatus, Stores
-from worker.topology import flow_of, topologies, with_topology, withdrawal, withholds
+from worker.replication.topology import flow_of, topologies, with_topology, withdrawal, withholds
+from worker.runtime.control import ControlServer
+from worker.runtime.driver import Executor, PipelineRuntime, close_executor, connector_turn, unwanted_pairs, wait_out_bridges
+from worker.stores.store import TARGET_STATES, StoredStatus, Stores
+from worker.telemetry.lag import REFRESH_S, CommittedLag
 
 __all__ = ["Herder", "ConnectorNotFound", "ConnectorExists", "StateConflict", "BadRequest", "PAUSED", "STOPPED",
            "UNASSIGNED", "RESTARTING"]
@@ -103,7 +103,7 @@ class _Connector:
         self.restart_tasks: set[int] = set()
         self.published: dict[int, tuple] = {}  # task -> (state, trace) last written to the status store
         self.stopped_lag = CommittedLag()  # measured while STOPPED (no runtime)
-        self.flow = None  # (group, Flow) when it is a replication flow of a group (``worker.topology``)
+        self.flow = None  # (group, Flow) when it is a replication flow of a group (``worker.replication.topology``)
         self.topology: Any = _UNSET  # the topology its runtime was started with
 
     def change_pending(self) -> bool:
@@ -126,7 +126,7 @@ class Herder:
         self._mutate = threading.Lock()  # serialises the operations that change connectors (store, then memory)
         self._connectors: dict[str, _Connector] = {}
         self._retiring: dict[str, _Connector] = {}  # deleted, their threads still ending their epoch
-        self._topologies: dict[str, Any] = {}  # connector -> the topology of its replication flow (worker.topology)
+        self._topologies: dict[str, Any] = {}  # connector -> the topology of its replication flow (worker.replication.topology)
         self._stopping = threading.Event()
         self.started = threading.Event()
         self.redactor = Redactor()
@@ -355,7 +355,7 @@ class Herder:
                 self._launch(c)
 
     def _flow(self, name: str, config: dict[str, str]):
-        """What ``worker.topology.flow_of`` says of a stored config; None when it does not parse now
+        """What ``worker.replication.topology.flow_of`` says of a stored config; None when it does not parse now
         (then it is no edge of anyone's tree: the others keep delivering)."""
         try:
             return self._flow_of(self.validate(name, config))
@@ -370,7 +370,7 @@ class Herder:
 
     @staticmethod
     def _flow_of(pipeline: PipelineConfig):
-        """``worker.topology.flow_of``, saying why a replication flow is no edge of its group's tree."""
+        """``worker.replication.topology.flow_of``, saying why a replication flow is no edge of its group's tree."""
         flow = flow_of(pipeline)
         if flow is not None and not flow[1].edge:
             log.info("connector %s: no other flow leaves records to it (%s): the flows around it keep delivering "
@@ -380,7 +380,7 @@ class Herder:
     def _warn_withdrawal(self, c: _Connector, verb: str, new) -> None:
         """Before connector ``c`` is deleted or changed (its flow becoming ``new``): when other flows
         left records to it that it no longer carries, say which targets may miss what it had not
-        delivered yet (``worker.topology.withdrawal``). The caller holds ``_lock``."""
+        delivered yet (``worker.replication.topology.withdrawal``). The caller holds ``_lock``."""
         gone = withdrawal({n: x.flow for n, x in self._connectors.items()}, c.name, new)
         if gone is None:
             return
@@ -506,7 +506,7 @@ class Herder:
             if slot_wait is not None:  # its epoch waits for free task slots (worker.pair.hosting=job)
                 connector["slot_wait_s"] = round(slot_wait, 1)
             behind = c.runtime.lag.of() if c.runtime is not None else c.stopped_lag.of()
-            if behind is not None:  # left to deliver, from the committed offsets (worker.lag)
+            if behind is not None:  # left to deliver, from the committed offsets (worker.telemetry.lag)
                 connector["lag"] = {"records": behind[0], "seconds": round(behind[1], 1)}
             tasks = [self._task_status(c, t) for t in c.runtime.tasks] if c.runtime is not None else []
             return {"name": name, "connector": connector, "tasks": tasks, "type": "source"}
@@ -671,7 +671,7 @@ class Herder:
             self._idle(c)  # every task pair FAILED for good: until a restart or a new config
 
     def _idle(self, c: _Connector) -> None:
-        """Wait for a change; meanwhile keep the lag true (``worker.lag``): records keep arriving
+        """Wait for a change; meanwhile keep the lag true (``worker.telemetry.lag``): records keep arriving
         while no pair runs, and they are what is left to deliver."""
         while True:
             rt = c.runtime

@@ -186,7 +186,7 @@ class Worker:
 
     def __init__(self, config: WorkerConfig, *, spark_app=None):
         from connect.providers import ConfigProviders
-        from worker.metrics import ConnectMetrics
+        from worker.telemetry.metrics import ConnectMetrics
 
         self.config = config
         self.keystore_root = config.get("replicators.keystore.root") or os.path.join(
@@ -203,20 +203,20 @@ class Worker:
         self.herder = None
         self.server = None
         self.port: int | None = None
-        self.address = None  # worker.address.WorkerAddress, once the REST socket is bound
-        self.history = None  # worker.console.ConsoleHistory, sampling while the worker runs
+        self.address = None  # worker.http.address.WorkerAddress, once the REST socket is bound
+        self.history = None  # worker.console.model.ConsoleHistory, sampling while the worker runs
 
     def _open_stores(self):
         c = self.config
         if c.get("store") == "kafka":
-            from worker.kafkastore import KafkaStores
+            from worker.stores.kafkastore import KafkaStores
 
             return KafkaStores(c.get("store.kafka.bootstrap.servers"), config_topic=c.get("store.kafka.config.topic"),
                                offset_topic=c.get("store.kafka.offset.topic"),
                                status_topic=c.get("store.kafka.status.topic"),
                                replication_factor=c.get("store.kafka.replication.factor"),
                                client_config=c.prefixed("store.kafka.client."))
-        from worker.store import SqliteStores
+        from worker.stores.store import SqliteStores
 
         return SqliteStores(c.get("data.dir"))
 
@@ -228,12 +228,12 @@ class Worker:
         """Start Spark, the herder (resuming stored connectors) and the REST server (in a thread)."""
         import uvicorn
 
-        from worker.address import record_start
-        from worker.console import ConsoleHistory, ConsoleViews
+        from worker.console.model import ConsoleHistory, ConsoleViews
         from worker.herder import Herder
-        from worker.replicators import Replicators
-        from worker.rest import VERSION, RestAuth, create_app
-        from worker.spark import SparkExecutor, control_host, start_spark
+        from worker.http.address import record_start
+        from worker.http.rest import VERSION, RestAuth, create_app
+        from worker.replication.replicators import Replicators
+        from worker.runtime.spark import SparkExecutor, control_host, start_spark
 
         c = self.config
         master = c.get("spark.master") or f"local[{c.get('worker.task.slots')}]"
@@ -258,7 +258,7 @@ class Worker:
         if c.get("rest.tls.certfile"):
             tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
                    "ssl_keyfile_password": c.get("rest.tls.keyfile.password") or None}
-        # Where it listens and how many times it started, in its data directory (worker.address):
+        # Where it listens and how many times it started, in its data directory (worker.http.address):
         # `connect connectors --data-dir` finds it there, and the console shows the generation.
         self.address = address = record_start(c.get("data.dir"), scheme="https" if tls else "http",
                                               host=c.get("rest.host"), port=self.port, worker_id=worker_id)

@@ -42,7 +42,7 @@ class RestartPolicy:
 
 @attrs.frozen
 class ReplicatorTags:
-    """PIP-18 onboarding marks (``worker.replicators``): which replicator a connector belongs to."""
+    """PIP-18 onboarding marks (``worker.replication.replicators``): which replicator a connector belongs to."""
 
     id: str = setting("replicator.id", Type.STRING, "", "Set by replicator onboarding (PIP-18): the replicator "
                       "this connector belongs to (with replicator.namespace, .type, .region and .topic).")

@@ -1,6 +1,6 @@
 """TaskPairRunner: one SourceTask feeding one SinkTask, one epoch at a time.
 
-This is what one Spark partition executes (see ``worker.partition``), and what unit tests drive
+This is what one Spark partition executes (see ``worker.runtime.partition``), and what unit tests drive
 directly. Within an epoch, records stream to the sink as soon as they are polled; when
 ``max.in.flight.records`` are unacknowledged the runner stops polling and asks the sink to
 ``pre_commit`` (backpressure); at the end of the epoch it does so once more and returns the

@@ -16,7 +16,7 @@ group, and a record takes one path only:
 Every node of the tree is reached once, through its parent, and every parent flow forwards, so
 nothing is lost and nothing arrives twice - as long as each edge delivers every record of its
 topics unchanged in name: only such flows are edges (``Flow.edge``; the worker decides which,
-``worker.topology``), the others take part only as a flow that leaves records to the edges (its own
+``worker.replication.topology``), the others take part only as a flow that leaves records to the edges (its own
 edge, ``also``, counts for its own decision: it is sure it carries what it forwards). Where the
 worker is unsure it forwards (a duplicate is better than a loss): when ``T`` is not reached from
 ``O`` over the known edges (an origin the worker does not know, a flow it does not run), and for

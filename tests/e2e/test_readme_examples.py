@@ -47,7 +47,7 @@ from readme_util import ROOT, argv_variants, shell_blocks
 from service_util import Arrivals, wait_for
 
 from worker.embedded import EmbeddedKafka, EmbeddedPulsar, free_port
-from worker.restcli import DEFAULT_URL
+from worker.http.restcli import DEFAULT_URL
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -34,10 +34,10 @@ def _run_twice_the_slots(spark, tmp_path, unique, hosting: str, seconds: float =
 
 def test_every_connector_gets_slots_when_there_are_more_connectors_than_slots_and_waits_are_reported(
         spark, tmp_path, unique, caplog, monkeypatch):
-    from worker.spark import SlotGate
+    from worker.runtime.spark import SlotGate
 
     monkeypatch.setattr(SlotGate, "WARN_AFTER_S", 0.1)  # the turns here are 300 ms epochs
-    caplog.set_level(logging.WARNING, logger="worker.spark")
+    caplog.set_level(logging.WARNING, logger="worker.runtime.spark")
     epochs, executor = _run_twice_the_slots(spark, tmp_path, unique, "job")
     # 2 pipelines per slot, 300 ms epochs, 6 s: about 8 epochs each if shared fairly
     assert min(epochs.values()) >= 3, epochs

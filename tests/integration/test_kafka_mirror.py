@@ -198,7 +198,7 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     from connect.tasks.runner import TaskPairRunner
     from connectors.kafka import KafkaSinkTask, KafkaSourceTask
     from worker.embedded import EmbeddedKafka
-    from worker.store import OffsetStore
+    from worker.stores.store import OffsetStore
 
     src, _ = kafka_pair
     topic = f"down-{unique}"

@@ -1,5 +1,5 @@
 """A worker whose Kafka store topics another worker took over: over its REST API, with the session's
-Spark application and real tansu brokers. worker/kafkastore.py fences the store; this checks what the
+Spark application and real tansu brokers. worker/stores/kafkastore.py fences the store; this checks what the
 worker then does with its connectors."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from kafka_util import create_topic, produce
 from service_util import Arrivals, wait_for
 
-from worker.kafkastore import KafkaStores
+from worker.stores.kafkastore import KafkaStores
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,7 +1,7 @@
-"""worker.kafkastore.KafkaStores against a real tansu broker, and one contract for both stores.
+"""worker.stores.kafkastore.KafkaStores against a real tansu broker, and one contract for both stores.
 
-The contract tests run the same checks against :class:`worker.store.SqliteStores` and
-:class:`worker.kafkastore.KafkaStores`; "reopening" is a worker restart (a new store on the same
+The contract tests run the same checks against :class:`worker.stores.store.SqliteStores` and
+:class:`worker.stores.kafkastore.KafkaStores`; "reopening" is a worker restart (a new store on the same
 data directory / the same topics). The Kafka-only tests check the documented topic layout by
 reading the topics with a plain consumer, the refusal of non-compacted topics, concurrent writers,
 a broker that stops acknowledging, and the fencing of a store whose topics another one opened.
@@ -24,8 +24,8 @@ from netproxy import TcpProxy
 
 from connect.errors import ConnectError, RetriableError
 from worker.embedded import EmbeddedKafka, free_port
-from worker.kafkastore import KafkaStores, StoreFencedError
-from worker.store import SqliteStores, StoredConnector, StoredStatus
+from worker.stores.kafkastore import KafkaStores, StoreFencedError
+from worker.stores.store import SqliteStores, StoredConnector, StoredStatus
 
 OFFSET_PARTITIONS = 3
 
@@ -338,7 +338,7 @@ def test_an_existing_compacted_topic_is_used_and_one_without_a_reported_policy_i
     names = topic_names(unique)
     create_topic(bootstrap, names["offset_topic"], 2, {"cleanup.policy": "compact"})
     create_topic(bootstrap, names["status_topic"], 1)  # tansu reports no configs for it: not checkable
-    with caplog.at_level(logging.WARNING, logger="worker.kafkastore"):
+    with caplog.at_level(logging.WARNING, logger="worker.stores.kafkastore"):
         stores = open_kafka(bootstrap, unique)
     try:
         stores.offsets.commit("conn", {"p": {"o": 1}})

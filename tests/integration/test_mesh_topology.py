@@ -1,6 +1,6 @@
 """A full mesh of three Kafka clusters with identity names and NO hop limit, tried as a new user
 would: six flows created with ``connect connectors create`` on one worker service. The worker
-knows the group's topology (``worker.topology``), so every record takes one path and arrives once
+knows the group's topology (``worker.replication.topology``), so every record takes one path and arrives once
 in every cluster. Then three flows are deleted, leaving a ring: the topology change reaches the
 running flows and new records go around the ring, again once per cluster.
 

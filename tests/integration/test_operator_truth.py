@@ -15,8 +15,8 @@ from rocketmq_util import produce
 from service_util import wait_for
 
 from connectors.rocketmq.client import SyncRocketMQClient
-from worker.lag import REFRESH_S
-from worker.progress import format_result
+from worker.telemetry.lag import REFRESH_S
+from worker.telemetry.progress import format_result
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,11 +19,11 @@ from rocketmq_util import consume_all
 from service_util import wait_for
 
 from connectors.rocketmq.client import ConsumerData, SyncRocketMQClient, TopicNotFoundError
-from worker.driver import Driver
 from worker.embedded import EmbeddedRocketMQ
 from worker.pipeline import load_pipeline_file
-from worker.spark import SparkExecutor
-from worker.store import OffsetStore
+from worker.runtime.driver import Driver
+from worker.runtime.spark import SparkExecutor
+from worker.stores.store import OffsetStore
 
 pytestmark = pytest.mark.timeout(240)
 

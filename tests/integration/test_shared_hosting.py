@@ -1,4 +1,4 @@
-"""Shared hosting over the wire (``worker.hosting``): many task pairs in one Python worker.
+"""Shared hosting over the wire (``worker.runtime.hosting``): many task pairs in one Python worker.
 
 One host (``hosts=1``) runs every pair of several connectors. A pair that fails and a pair whose
 target is blackholed must not hold the others back, and a kill -9 of the host's Python worker
@@ -15,10 +15,10 @@ import time
 from confluent_kafka import Producer
 from kafka_util import consume_all, create_topic, produce
 
-from worker.driver import Driver
 from worker.pipeline import parse_pipeline
-from worker.spark import SparkExecutor
-from worker.store import OffsetStore
+from worker.runtime.driver import Driver
+from worker.runtime.spark import SparkExecutor
+from worker.stores.store import OffsetStore
 
 
 def _pipeline(name: str, source: str, target: str, topic: str, **extra) -> object:

@@ -237,7 +237,7 @@ def test_rest_refuses_browsers_floods_and_odd_bodies(worker_factory, kafka_pair,
 
 
 def test_files_at_rest_are_owner_only_and_the_lock_follows_no_symlink(tmp_path):
-    from worker.store import SqliteStores
+    from worker.stores.store import SqliteStores
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")

@@ -1,4 +1,4 @@
-"""worker.console: the console's history stays bounded, its rates and percentiles are right, flows get
+"""worker.console.model: the console's history stays bounded, its rates and percentiles are right, flows get
 the clusters and the health the console draws; fed by a real ConnectMetrics with real EpochResults."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
-from worker.console import (
+from worker.console.model import (
     HEARTBEAT_ALIASES,
     HEARTBEAT_SAMPLES,
     LAGGING_S,
@@ -17,7 +17,7 @@ from worker.console import (
     _stale_links,
     flow_ends,
 )
-from worker.metrics import ConnectMetrics
+from worker.telemetry.metrics import ConnectMetrics
 
 
 class Clock:
@@ -157,16 +157,16 @@ def test_figures_keep_failure_reasons_bounded_and_the_last_trace():
 
 
 def test_every_console_asset_is_served_and_shipped_as_package_data():
-    """A file added to worker/console_assets must be both served (consoleweb.ASSETS) and in the wheel."""
+    """A file added to worker/console/assets must be both served (worker.console.web.ASSETS) and in the wheel."""
     import fnmatch
     from pathlib import Path
 
-    from worker.consoleweb import ASSETS
+    from worker.console.web import ASSETS
 
     tomllib = pytest.importorskip("tomllib")
     root = Path(__file__).resolve().parents[2]
-    files = sorted(p.name for p in (root / "worker" / "console_assets").iterdir())
+    files = sorted(p.name for p in (root / "worker" / "console" / "assets").iterdir())
     assert files == sorted([*ASSETS, "index.html"])
-    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["worker"]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["worker.console"]
     for name in files:
-        assert any(fnmatch.fnmatch(f"console_assets/{name}", p) for p in patterns), f"{name} is not package data"
+        assert any(fnmatch.fnmatch(f"assets/{name}", p) for p in patterns), f"{name} is not package data"

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from worker import control
-from worker.control import ControlClient, ControlServer
+from worker.runtime import control
+from worker.runtime.control import ControlClient, ControlServer
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Placement of task pairs on hosts (``worker.hosting.HostPool``), without Spark: hosts are records."""
+"""Placement of task pairs on hosts (``worker.runtime.hosting.HostPool``), without Spark: hosts are records."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from connect.tasks.results import FAILED, RUNNING, EpochResult
-from worker.hosting import BUSY, HostPool, _Host
+from worker.runtime.hosting import BUSY, HostPool, _Host
 
 
 class _Pool(HostPool):
@@ -158,7 +158,7 @@ def test_results_of_a_host_declared_lost_are_dropped_and_work_waits_for_its_host
 
 @pytest.mark.parametrize("hosting", ["shared", "job"])
 def test_the_executor_knows_both_hostings_and_refuses_others(hosting):
-    from worker.spark import SparkExecutor
+    from worker.runtime.spark import SparkExecutor
 
     assert SparkExecutor(None, hosting=hosting).hosting == hosting
     with pytest.raises(ValueError, match="worker.pair.hosting must be one of shared, job, not 'slots'"):

@@ -1,4 +1,4 @@
-"""worker.metrics: Prometheus metrics fed from real EpochResult objects, checked on the rendered text."""
+"""worker.telemetry.metrics: Prometheus metrics fed from real EpochResult objects, checked on the rendered text."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from connect import __version__
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
-from worker.metrics import DURATION_BUCKETS, STATES, ConnectMetrics
+from worker.telemetry.metrics import DURATION_BUCKETS, STATES, ConnectMetrics
 
 ACK_KEYS = ("acknowledged", "ack_latency_ms_max", "ack_latency_ms_sum", "ack_latency_samples")
 
@@ -377,8 +377,8 @@ def test_a_lag_question_to_a_source_that_is_away_never_holds_the_connector_long(
     import threading
     import time as _time
 
-    from worker import lag as lag_module
-    from worker.lag import CommittedLag
+    from worker.telemetry import lag as lag_module
+    from worker.telemetry.lag import CommittedLag
 
     release = threading.Event()
     asked = []

@@ -1,4 +1,4 @@
-"""worker.partition: per-process runner cache keyed by (connector, task), prev_epoch, generation."""
+"""worker.runtime.partition: per-process runner cache keyed by (connector, task), prev_epoch, generation."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from connect.records import partition_key
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
 from connect.testing import MemorySinkConnector, MemorySinkTask, MemorySourceTask
-from worker import partition
-from worker.control import ControlServer
-from worker.partition import TaskPairSpec, run_task_pair_epoch, stop_all_cached
+from worker.runtime import partition
+from worker.runtime.control import ControlServer
+from worker.runtime.partition import TaskPairSpec, run_task_pair_epoch, stop_all_cached
 
 _ids = itertools.count()
 P0 = partition_key({"topic": "memory", "partition": 0})
@@ -227,8 +227,8 @@ def test_stop_all_cached_stops_runners(spec):
 
 
 def test_claimed_epoch_prefers_the_pair_cached_in_this_process(spec):
-    from worker.partition import JobContext, run_claimed_epoch
-    from worker.spark import ClaimBook
+    from worker.runtime.partition import JobContext, run_claimed_epoch
+    from worker.runtime.spark import ClaimBook
 
     server = ControlServer()
     book = ClaimBook()
@@ -250,7 +250,7 @@ def test_claimed_epoch_prefers_the_pair_cached_in_this_process(spec):
 
 
 def test_an_epoch_delegated_to_the_pairs_home_runs_its_cached_runner(spec):
-    from worker.partition import _delegate, home_address
+    from worker.runtime.partition import _delegate, home_address
 
     first = run_task_pair_epoch(spec(1, None))
     again = _delegate(home_address(), spec(2, 1), None)  # over the loopback endpoint, as a sibling would
@@ -263,7 +263,7 @@ def test_an_epoch_delegated_to_the_pairs_home_runs_its_cached_runner(spec):
 
 def test_a_home_that_is_gone_means_the_pair_runs_here(spec):
     from worker.embedded import free_port
-    from worker.partition import JobContext, run_claimed_epoch
+    from worker.runtime.partition import JobContext, run_claimed_epoch
 
     server = ControlServer()
     server.register("claim", lambda _request: {"pair": "conn/0", "home": ["127.0.0.1", free_port(), "s"]})
@@ -278,7 +278,7 @@ def test_a_home_that_is_gone_means_the_pair_runs_here(spec):
 
 def test_claims_prefer_fresh_then_home_on_this_host_then_index():
     from connect.tasks.results import EpochResult
-    from worker.spark import ClaimBook
+    from worker.runtime.spark import ClaimBook
 
     book = ClaimBook()
     pairs = ["c/0", "c/1", "c/2"]

@@ -1,4 +1,4 @@
-"""``connect connectors ...`` (worker.restcli) against a small in-memory REST worker served over real HTTP."""
+"""``connect connectors ...`` (worker.http.restcli) against a small in-memory REST worker served over real HTTP."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from worker.cli import app as cli_app
-from worker.restcli import app, parse_prometheus
+from worker.http.restcli import app, parse_prometheus
 
 runner = CliRunner()
 

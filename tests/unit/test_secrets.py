@@ -20,7 +20,7 @@ from connect.errors import ConfigError, ConfigIssue
 from connect.secrets import MASK, RedactingFilter, Redactor, install_log_redaction, is_secret_name
 from connect.testing import MemorySinkConnector
 from worker.pipeline import parse_pipeline
-from worker.progress import ProgressPrinter
+from worker.telemetry.progress import ProgressPrinter
 
 ROOT = Path(__file__).resolve().parents[2]
 

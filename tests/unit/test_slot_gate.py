@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from worker.spark import SlotGate
+from worker.runtime.spark import SlotGate
 
 
 def _enter(gate: SlotGate, name: str, pairs: int, order: list, release: threading.Event) -> threading.Thread:

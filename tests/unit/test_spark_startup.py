@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from worker.classarchive import ClassArchive
-from worker.pydaemon import _shipped_zips
+from worker.runtime.classarchive import ClassArchive
+from worker.runtime.pydaemon import _shipped_zips
 
 
 @pytest.fixture

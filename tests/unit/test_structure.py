@@ -138,7 +138,7 @@ def test_the_checks_would_see_a_cycle_and_a_wrong_direction():
     assert _cycles(graph, "worker") == []
     modules = _modules()
     # a lazy import inside a function counts; a TYPE_CHECKING one does not
-    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from worker.driver import Driver\n"
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from worker.runtime.driver import Driver\n"
               "def f():\n    from worker.pipeline import parse_pipeline\n    from . import records\n")
     found = _imports("connect._structure_probe", source, False, modules)
     assert found == {"worker.pipeline": 5, "connect.records": 6}  # "from . import records": the module only

@@ -15,8 +15,8 @@ from connect.connector import ConnectorContext
 from connect.errors import RetriableError
 from connect.source.partitioned import PartitionedSourceConnector
 from connectors.rocketmq.system import regex_selects
-from worker.driver import connector_turn
-from worker.progress import ProgressPrinter
+from worker.runtime.driver import connector_turn
+from worker.telemetry.progress import ProgressPrinter
 
 RESERVED = {"DefaultCluster", "broker-a"}
 

@@ -1,4 +1,4 @@
-"""One path per record through the flows a worker knows (connect.tasks.topology, worker.topology),
+"""One path per record through the flows a worker knows (connect.tasks.topology, worker.replication.topology),
 and the replication stages that apply it (connect.tasks.replication)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from connect.tasks.replication import OnePath, OriginFilter, _Chains, replicatio
 from connect.tasks.stages import StageChain
 from connect.tasks.topology import Flow, Topology
 from worker.pipeline import parse_pipeline
-from worker.topology import Withdrawal, flow_of, topologies, withdrawal, withholds
+from worker.replication.topology import Withdrawal, flow_of, topologies, withdrawal, withholds
 
 T = frozenset({"orders"})
 

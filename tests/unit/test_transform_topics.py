@@ -194,10 +194,10 @@ def test_pipeline_with_a_per_record_router_checks_the_name_it_receives_and_says_
 
 def test_the_driver_prepares_the_names_the_chain_gives_and_logs_per_record_ones_once(tmp_path, caplog):
     from connect.connector import SinkConnector, SourceConnector
-    from worker.driver import PipelineRuntime
     from worker.pipeline import PIPELINE_CONFIG, PipelineConfig
+    from worker.runtime.driver import PipelineRuntime
     from worker.settings import FrameworkSettings
-    from worker.store import OffsetStore
+    from worker.stores.store import OffsetStore
 
     prepared = []
 
@@ -219,7 +219,7 @@ def test_the_driver_prepares_the_names_the_chain_gives_and_logs_per_record_ones_
                               Sink, {}, {}, {}, transforms=transforms)
     store = OffsetStore(tmp_path)
     try:
-        with caplog.at_level(logging.INFO, logger="worker.driver"):
+        with caplog.at_level(logging.INFO, logger="worker.runtime.driver"):
             runtime = PipelineRuntime(pipeline, store, "run")
             runtime.configure_tasks()
         runtime.stop()

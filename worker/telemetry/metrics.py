@@ -301,7 +301,7 @@ class ConnectMetrics:
     def lag(self, connector: str, task: int, behind: tuple[int, float] | None,
             partitions: Mapping[str, tuple[int, float]], keys: Iterable[str]) -> None:
         """Set a task pair's lag while it runs no epoch (paused, failing): from the committed
-        offsets, as the driver measures it (``worker.lag``); left as it was when unknown."""
+        offsets, as the driver measures it (``worker.telemetry.lag``); left as it was when unknown."""
         if behind is None:
             return
         with self._lock:
@@ -399,7 +399,7 @@ class ConnectMetrics:
             self._task_states.pop(key, None)
 
     def sync(self, runtimes: Iterable[Any]) -> None:
-        """Take states from the driver's :class:`~worker.driver.PipelineRuntime` objects.
+        """Take states from the driver's :class:`~worker.runtime.driver.PipelineRuntime` objects.
 
         A task pair is RESTARTING when FAILED with an automatic restart scheduled, else its
         ``TaskState.state``; a connector is RUNNING while some pair runs or will be restarted

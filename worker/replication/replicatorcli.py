@@ -1,4 +1,4 @@
-"""``connect replicators``: PIP-18 replicator onboarding on a running worker (``worker.replicators``).
+"""``connect replicators``: PIP-18 replicator onboarding on a running worker (``worker.replication.replicators``).
 
 ``add NAMESPACE --type kafka|pulsar|rocketmq --region NAME --topic-mapping JSON
 --replication-properties JSON [--source JSON] [--auth-plugin NAME --auth-param JSON]`` puts the
@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from worker.restcli import _command, _console, _print_json, _seg, _usage_error
+from worker.http.restcli import _command, _console, _print_json, _seg, _usage_error
 
 __all__ = ["app"]
 

@@ -1,7 +1,7 @@
 """The worker's stores: connector configs, task offsets and statuses, behind small interfaces.
 
 Two implementations: the embedded one here (a SQLite file under the worker's data directory,
-which one worker owns; the default) and the broker-backed one in ``worker.kafkastore``
+which one worker owns; the default) and the broker-backed one in ``worker.stores.kafkastore``
 (compacted Kafka topics, as Kafka Connect's config/offset/status topics).
 
 :class:`OffsetStore` keeps one row per (connector, source partition); an epoch's offsets are

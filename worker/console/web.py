@@ -1,11 +1,11 @@
 """The console's HTTP surface: the page at ``/ui``, its assets, and the two JSON documents it polls.
 
-Every asset ships in this package (``worker/console_assets``: one HTML page, one script, one style
+Every asset ships in this package (``worker/console/assets``: one HTML page, one script, one style
 sheet, all written for this project, no third-party code, nothing fetched from the internet) and is
 read once, when the app is built. Only the files listed in :data:`ASSETS` are served: a path names
 a file of that list or gets 404, so nothing else of the package or the disk can be reached.
 
-Authentication is the REST API's (``worker.rest``): with basic credentials configured, ``/ui``
+Authentication is the REST API's (``worker.http.rest``): with basic credentials configured, ``/ui``
 answers 401 with a ``Basic`` challenge, so a browser asks for them and sends them with every
 request the page makes. With only a bearer token configured (a browser cannot be asked for one),
 the page and its assets - which hold no data - load without credentials and the page asks for the
@@ -25,7 +25,7 @@ import orjson
 from fastapi import FastAPI, Response
 from starlette.concurrency import run_in_threadpool
 
-from worker.console import ConsoleViews
+from worker.console.model import ConsoleViews
 
 __all__ = ["console_routes", "ASSETS", "UI_PREFIX", "CONSOLE_PREFIX"]
 
@@ -44,7 +44,7 @@ _HEADERS = {
 
 
 def _read(name: str) -> bytes:
-    return resources.files("worker").joinpath("console_assets", name).read_bytes()
+    return resources.files("worker.console").joinpath("assets", name).read_bytes()
 
 
 def console_routes(app: FastAPI, views: ConsoleViews, redact) -> None:

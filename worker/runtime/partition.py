@@ -9,7 +9,7 @@ two idle workers, one pair would alternate between them and be rebuilt every epo
 has a *home*: the process that holds its runner. Every Python worker that runs pairs serves a
 small loopback endpoint (``run``); the Spark task that gets a pair whose home is another process
 on the same host *delegates* the epoch there and returns its result. Which pair a Spark task
-runs is *claimed* from the driver over the control channel (``worker.control``): a pair cached
+runs is *claimed* from the driver over the control channel (``worker.runtime.control``): a pair cached
 fresh in the claiming process first, then a pair whose home is a sibling process on this host
 (delegated), then pair ``index``, then any unclaimed one. The driver grants each pair once per
 job, so no pair runs twice at a time; a home that cannot be reached is replaced by the claiming
@@ -51,7 +51,7 @@ from connect.tasks.results import FAILED, REASON_SHOWN, EpochResult
 from connect.tasks.runner import TaskPairRunner
 from connect.tasks.stages import build_chain
 from connect.transforms.chain import TransformsConfig
-from worker.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
+from worker.runtime.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
 __all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id",
            "evict_cached"]

@@ -6,7 +6,7 @@ on a TCP port, and each Python worker keeps one connection to it:
 
 - ``stop``: has the worker been asked to stop? Runners poll it (every 0.2 s) so SIGTERM ends the
   running epoch early on a cluster too;
-- ``claim``: which task pair should this Spark task run? (see ``worker.partition``);
+- ``claim``: which task pair should this Spark task run? (see ``worker.runtime.partition``);
 - ``offsets``: the committed offsets of the partitions a starting task asks for - and only
   those, so no task ever receives another task's offsets.
 

@@ -29,10 +29,10 @@ from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
-from worker.console import ConsoleHistory, ConsoleViews
-from worker.consoleweb import CONSOLE_PREFIX, UI_PREFIX, console_routes
+from worker.console.model import ConsoleHistory, ConsoleViews
+from worker.console.web import CONSOLE_PREFIX, UI_PREFIX, console_routes
 from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
-from worker.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
+from worker.http.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 
 __all__ = ["create_app", "RestAuth"]
 
@@ -149,8 +149,8 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
                allowed_hosts: Iterable[str] = ("localhost", "localhost.localdomain"),
                allowed_origins: Iterable[str] = (), max_body: int = DEFAULT_MAX_BODY,
                max_json_depth: int = DEFAULT_MAX_DEPTH, console: Any = None) -> FastAPI:
-    """The ASGI application over ``herder``, behind :class:`worker.restguard.RestGuard`, with the
-    operator console (``worker.consoleweb``) over ``console`` (a :class:`worker.console.ConsoleViews`;
+    """The ASGI application over ``herder``, behind :class:`worker.http.restguard.RestGuard`, with the
+    operator console (``worker.console.web``) over ``console`` (a :class:`worker.console.model.ConsoleViews`;
     None: one whose history is sampled by the console's own requests)."""
     app = FastAPI(title="connect-bridge worker", version=VERSION,
                   description="Kafka Connect's REST API over a Spark-based cross-broker connector worker.")
@@ -163,7 +163,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         ui = path == UI_PREFIX or path.startswith(f"{UI_PREFIX}/")
         console = ui or path.startswith(CONSOLE_PREFIX)
         # The console's page holds no data; with only a token (a browser cannot be asked for one)
-        # it loads without credentials and asks for the token itself (``worker.consoleweb``).
+        # it loads without credentials and asks for the token itself (``worker.console.web``).
         open_page = ui and auth.basic is None
         if auth.enabled and path != "/health" and not open_page and not auth.allows(request.headers.get("authorization")):
             response = _error(401, "Authentication required: send Authorization: Bearer <token> or Basic credentials")
@@ -416,7 +416,7 @@ _REPLICATOR = {"requestBody": {"required": True, "content": {"application/json":
 
 
 def _replicator_routes(app: FastAPI, replicators: Any, metrics: Any) -> None:
-    """PIP-18 onboarding (``worker.replicators``): add, list, inspect, remove, per-topic start/stop, stats."""
+    """PIP-18 onboarding (``worker.replication.replicators``): add, list, inspect, remove, per-topic start/stop, stats."""
     call = run_in_threadpool
 
     @app.post("/replicators", status_code=201, openapi_extra=_REPLICATOR)

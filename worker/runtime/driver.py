@@ -1,6 +1,6 @@
 """The driver: each connector runs its own stream of epochs, one Spark job per epoch.
 
-Per epoch a connector's loop builds one :class:`~worker.partition.TaskPairSpec` per pair that
+Per epoch a connector's loop builds one :class:`~worker.runtime.partition.TaskPairSpec` per pair that
 should run, runs them as one Spark job (in the connector's own scheduler pool, from the
 connector's own thread), persists the offsets each pair returned, records stats and failures,
 and applies task reconfiguration requested by its connectors before the next epoch. Connectors
@@ -33,12 +33,12 @@ from connect.sink.side import side_output_config
 from connect.tasks.results import FAILED, RUNNING, EpochResult
 from connect.tasks.stages import target_counts, target_routes
 from connect.transforms.topics import unknown_note
-from worker.control import ControlServer
-from worker.lag import CommittedLag
-from worker.partition import TaskPairSpec
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
-from worker.store import OffsetStore
-from worker.topology import with_topologies
+from worker.replication.topology import with_topologies
+from worker.runtime.control import ControlServer
+from worker.runtime.partition import TaskPairSpec
+from worker.stores.store import OffsetStore
+from worker.telemetry.lag import CommittedLag
 
 __all__ = ["Driver", "PipelineRuntime", "TaskState", "Executor"]
 
@@ -270,7 +270,7 @@ class PipelineRuntime:
         return accepted
 
     def measure_lag(self) -> None:
-        """Lag against the committed offsets (``worker.lag``), at most once a second."""
+        """Lag against the committed offsets (``worker.telemetry.lag``), at most once a second."""
         if time.monotonic() - self.lag.measured_at < 1.0:
             return
         with self._offsets_lock:
@@ -408,7 +408,7 @@ class Driver:
         self.control.register("wanted", self._wanted_request)
         executor.attach(self.control)
         self.runtimes: list[PipelineRuntime] = []
-        # The flows of a replication group here take one path each (``worker.topology``).
+        # The flows of a replication group here take one path each (``worker.replication.topology``).
         for pipeline in with_topologies(pipelines):
             try:
                 self.runtimes.append(PipelineRuntime(pipeline, store, self.run_id))

@@ -1,6 +1,6 @@
 """The worker's stores on three compacted Kafka topics, as Kafka Connect's config, offset and
-status topics: the broker-backed alternative to :class:`worker.store.SqliteStores`, with the same
-interfaces (:class:`~worker.store.Stores`) and the same semantics.
+status topics: the broker-backed alternative to :class:`worker.stores.store.SqliteStores`, with the same
+interfaces (:class:`~worker.stores.store.Stores`) and the same semantics.
 
 Topic and record layout
 -----------------------
@@ -116,7 +116,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from connect.errors import ConnectError, RetriableError
-from worker.store import StoredConnector, StoredStatus
+from worker.stores.store import StoredConnector, StoredStatus
 
 __all__ = ["KafkaStores", "StoreFencedError"]
 

@@ -1,6 +1,6 @@
 """The operator console's data: a bounded history of every connector, and the views ``/ui`` polls.
 
-The console (``/ui``, static files in ``worker/console_assets``) is a page that polls two JSON
+The console (``/ui``, static files in ``worker/console/assets``) is a page that polls two JSON
 documents, both behind the REST API's authentication:
 
 - ``GET /console/summary``: the worker (id, version, uptime, generation) and every connector as a
@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from connect.records import partition_key
 from worker.herder import ConnectorNotFound
-from worker.metrics import _partition_label
+from worker.telemetry.metrics import _partition_label
 
 __all__ = ["ConsoleHistory", "ConsoleViews", "SAMPLE_S", "WINDOW_S", "SLOTS", "LAGGING_S", "flow_ends"]
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 from connect.tasks.results import EpochResult
-from worker.classarchive import ClassArchive
-from worker.control import ControlAddress
-from worker.hosting import HostPool
-from worker.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
+from worker.runtime.classarchive import ClassArchive
+from worker.runtime.control import ControlAddress
+from worker.runtime.hosting import HostPool
+from worker.runtime.partition import JobContext, TaskPairSpec, pair_id, run_claimed_epoch
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ SPARK_DEFAULTS = {
     "spark.scheduler.mode": "FAIR",  # each connector's jobs in their own pool: independent epochs
     "spark.sql.shuffle.partitions": "1",
     # Python workers import PySpark from the environment, with its cached bytecode, not from the
-    # zip Spark puts first on their path (see worker.pydaemon): 1.0 s off the first job.
-    "spark.python.daemon.module": "worker.pydaemon",
+    # zip Spark puts first on their path (see worker.runtime.pydaemon): 1.0 s off the first job.
+    "spark.python.daemon.module": "worker.runtime.pydaemon",
     # Safe at no cost (README, Security): the UI's kill links are plain GETs a web page could
     # trigger; Spark's own redaction of its UI and event logs also covers credential-named keys.
     "spark.ui.killEnabled": "false",
@@ -163,7 +163,7 @@ def control_host(spark) -> str:
 
 
 class ClaimBook:
-    """Driver side of claiming: per job, which pair each Spark task runs (see ``worker.partition``).
+    """Driver side of claiming: per job, which pair each Spark task runs (see ``worker.runtime.partition``).
 
     Each pair is granted once per job. A task is offered, in this order: a pair cached fresh in
     its own process; a pair whose home (the process that ran it last, learnt from the results)
@@ -285,7 +285,7 @@ HOSTING_MODES = ("shared", "job")
 class SparkExecutor:
     """Runs the epochs of a connector's task pairs on Spark, in one of two ways (``hosting``):
 
-    - ``shared`` (default): on long-lived host tasks that run many pairs each (:mod:`worker.hosting`);
+    - ``shared`` (default): on long-lived host tasks that run many pairs each (:mod:`worker.runtime.hosting`);
       ``hosts`` caps how many (default: twice the application's cores, at most its slots);
     - ``job``: one Spark job per epoch, one partition per pair, each holding a slot for the epoch.
       Each connector's jobs are submitted from its own driver thread, in its own FAIR scheduler pool

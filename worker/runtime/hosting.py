@@ -46,8 +46,8 @@ from typing import Any, Callable, Sequence
 import attrs
 
 from connect.tasks.results import FAILED, EpochResult
-from worker.control import ControlAddress, ControlClient, ControlServer, client_for
-from worker.partition import TaskPairSpec, evict_cached, pair_id, run_task_pair_epoch
+from worker.runtime.control import ControlAddress, ControlClient, ControlServer, client_for
+from worker.runtime.partition import TaskPairSpec, evict_cached, pair_id, run_task_pair_epoch
 
 __all__ = ["HostPool", "serve_host", "BUSY", "HOT"]
 

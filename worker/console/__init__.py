@@ -1,0 +1,1 @@
+"""The operator console at /ui: the summary and history documents, the page's assets and their serving."""

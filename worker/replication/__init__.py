@@ -1,0 +1,1 @@
+"""Replication across a mesh: one path per record (topology), replicator onboarding (PIP-18) and its CLI."""

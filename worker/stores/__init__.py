@@ -1,0 +1,1 @@
+"""Where configs, offsets and statuses are kept: embedded SQLite, or Kafka topics."""

@@ -1,0 +1,1 @@
+"""What the worker reports: Prometheus metrics, progress lines, lag."""
