@@ -73,6 +73,21 @@ def test_rates_are_unknown_not_negative_when_a_connector_is_created_again():
     assert history.recent_rate("a") == (None, None)
 
 
+def test_a_connector_whose_first_epoch_arrived_before_its_first_sample_still_shows_that_rate():
+    metrics, clock = ConnectMetrics(), Clock()
+    names: list[str] = []
+    history = ConsoleHistory(metrics, lambda: list(names), clock=clock)
+    history.sample()  # the worker's first sample: no connector yet
+    clock.now += 2.0
+    names.append("new")  # created, and its first epoch (all of a backlog) reported before the next sample
+    metrics.epoch("new", epoch("new", records=2000, acknowledged=2000))
+    history.sample()
+    assert history.chart("new")["records_per_second"] == [1000.0]  # 2,000 records over the 2 s since
+    clock.now += 2.0
+    history.sample()
+    assert history.chart("new")["records_per_second"] == [1000.0, 0.0]
+
+
 def test_heartbeat_latency_percentiles_count_each_heartbeat_once_and_stay_bounded():
     metrics, clock = ConnectMetrics(), Clock()
     history = ConsoleHistory(metrics, lambda: ["monitor"], clock=clock)

@@ -154,7 +154,7 @@ class ConsoleHistory:
         figures = self._metrics.figures(names) if self._metrics is not None else {}
         now = self._clock()
         with self._lock:
-            self._sampled_at = now
+            previous, self._sampled_at = self._sampled_at, now
             for gone in [n for n in self._series if n not in names]:
                 del self._series[gone]
             for name in names:
@@ -164,6 +164,10 @@ class ConsoleHistory:
                 h = self._series.get(name)
                 if h is None:
                     h = self._series[name] = _History()
+                    if previous > -math.inf:
+                        # It had no figures at the last sample, so nothing moved yet then: what it
+                        # moved since counts as its first rate (an epoch's records arrive at once).
+                        h.samples.append((previous, 0.0, 0.0, math.nan))
                 lag = f["lag"]
                 h.samples.append((now, f["records"], f["acknowledged"], math.nan if lag is None else float(lag)))
                 for task in f["tasks"].values():
