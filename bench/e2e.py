@@ -202,6 +202,29 @@ def throughput_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, records: int,
     return out
 
 
+def _paced(topic: str, kind: str, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, seconds: int, value_size: int,
+           work: Path, epoch_ms: int | None, **watching) -> list:
+    """A producer process writes ``rate`` msg/s for ``seconds`` s into a fresh ``topic`` while mirror
+    ``kind`` runs (``none``: no mirror, the source topic is watched); the watcher's arrivals."""
+    target = f"{topic}-out"
+    _create(a.bootstrap, topic)
+    _create(b.bootstrap, target)
+    proc = None
+    if kind != "none":
+        proc = start_mirror(kind, a.bootstrap, b.bootstrap, topic, target, work, epoch_ms)
+        _wait_started(b.bootstrap, target, a.bootstrap, topic, proc)
+    total = rate * seconds
+    producer = _spawn([__file__, "produce", a.bootstrap, topic, str(total), str(rate), str(value_size)],
+                      work / f"{topic}-producer.log")
+    try:
+        return watch(*((a.bootstrap, topic) if kind == "none" else (b.bootstrap, target)), total, seconds + 120, proc,
+                     **watching)
+    finally:
+        producer.wait(60)
+        if proc is not None:
+            stop(proc)
+
+
 def paced_cpu_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, seconds: int, value_size: int,
                     work: Path, epoch_ms: int | None) -> dict[str, float]:
     """CPU per record of each mirror kept at the same rate: a producer process writes ``rate`` msg/s
@@ -211,19 +234,9 @@ def paced_cpu_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, sec
     out = {}
     total = rate * seconds
     for kind in ("raw", "connect-1", "connect-2"):
-        topic, target = f"cpu-{rnd}-{kind}", f"cpu-{rnd}-{kind}-out"
-        _create(a.bootstrap, topic)
-        _create(b.bootstrap, target)
-        proc = start_mirror(kind, a.bootstrap, b.bootstrap, topic, target, work, epoch_ms)
-        _wait_started(b.bootstrap, target, a.bootstrap, topic, proc)
-        producer = _spawn([__file__, "produce", a.bootstrap, topic, str(total), str(rate), str(value_size)],
-                          work / f"{topic}-producer.log")
         cpu: dict = {}
-        try:
-            arrivals = watch(b.bootstrap, target, total, seconds + 120, proc, latency=False, cpu=cpu, marks=(0.2, 0.9))
-        finally:
-            producer.wait(60)
-            stop(proc)
+        arrivals = _paced(f"cpu-{rnd}-{kind}", kind, a, b, rate, seconds, value_size, work, epoch_ms,
+                          latency=False, cpu=cpu, marks=(0.2, 0.9))
         n = cpu[("n", 0.9)] - cpu[("n", 0.2)]
         out[kind] = (cpu[0.9] - cpu[0.2]) / max(n, 1) * 1e6
         print(f"    {kind:<10} {steady_rate(arrivals, total):>10,.0f} msg/s, CPU {out[kind]:.2f} us/record", flush=True)
@@ -233,24 +246,8 @@ def paced_cpu_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, sec
 def latency_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, seconds: int, value_size: int,
                   work: Path, epoch_ms: int | None) -> dict[str, dict]:
     out = {}
-    total = rate * seconds
     for kind in ("none", "raw", "connect-1"):
-        topic, target = f"lat-{rnd}-{kind}", f"lat-{rnd}-{kind}-out"
-        _create(a.bootstrap, topic)
-        _create(b.bootstrap, target)
-        proc = None
-        if kind != "none":
-            proc = start_mirror(kind, a.bootstrap, b.bootstrap, topic, target, work, epoch_ms)
-            _wait_started(b.bootstrap, target, a.bootstrap, topic, proc)
-        producer = _spawn([__file__, "produce", a.bootstrap, topic, str(total), str(rate), str(value_size)],
-                          work / f"{topic}-producer.log")
-        try:
-            arrivals = watch(*((a.bootstrap, topic) if kind == "none" else (b.bootstrap, target)),
-                             total, seconds + 120, proc)
-        finally:
-            producer.wait(60)
-            if proc is not None:
-                stop(proc)
+        arrivals = _paced(f"lat-{rnd}-{kind}", kind, a, b, rate, seconds, value_size, work, epoch_ms)
         start = arrivals[0][0] + WARMUP_S
         lat = [x for t, _, xs in arrivals if t >= start for x in xs]
         per_second: dict[int, list[float]] = {}
