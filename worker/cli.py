@@ -17,7 +17,7 @@ from connect.errors import ConfigError, ConnectError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
-from worker.http.restcli import app as connectors_app
+from worker.api.restcli import app as connectors_app
 from worker.pipeline import PipelineConfig, load_pipeline_file
 from worker.replication.replicatorcli import app as replicators_app
 

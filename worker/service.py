@@ -203,7 +203,7 @@ class Worker:
         self.herder = None
         self.server = None
         self.port: int | None = None
-        self.address = None  # worker.http.address.WorkerAddress, once the REST socket is bound
+        self.address = None  # worker.api.address.WorkerAddress, once the REST socket is bound
         self.history = None  # worker.console.model.ConsoleHistory, sampling while the worker runs
 
     def _open_stores(self):
@@ -228,10 +228,10 @@ class Worker:
         """Start Spark, the herder (resuming stored connectors) and the REST server (in a thread)."""
         import uvicorn
 
+        from worker.api.address import record_start
+        from worker.api.rest import VERSION, RestAuth, create_app
         from worker.console.model import ConsoleHistory, ConsoleViews
         from worker.herder import Herder
-        from worker.http.address import record_start
-        from worker.http.rest import VERSION, RestAuth, create_app
         from worker.replication.replicators import Replicators
         from worker.runtime.spark import SparkExecutor, control_host, start_spark
 
@@ -258,7 +258,7 @@ class Worker:
         if c.get("rest.tls.certfile"):
             tls = {"ssl_certfile": c.get("rest.tls.certfile"), "ssl_keyfile": c.get("rest.tls.keyfile"),
                    "ssl_keyfile_password": c.get("rest.tls.keyfile.password") or None}
-        # Where it listens and how many times it started, in its data directory (worker.http.address):
+        # Where it listens and how many times it started, in its data directory (worker.api.address):
         # `connect connectors --data-dir` finds it there, and the console shows the generation.
         self.address = address = record_start(c.get("data.dir"), scheme="https" if tls else "http",
                                               host=c.get("rest.host"), port=self.port, worker_id=worker_id)

@@ -46,8 +46,8 @@ from kafka_util import create_topic, produce
 from readme_util import ROOT, argv_variants, shell_blocks
 from service_util import Arrivals, wait_for
 
+from worker.api.restcli import DEFAULT_URL
 from worker.embedded import EmbeddedKafka, EmbeddedPulsar, free_port
-from worker.http.restcli import DEFAULT_URL
 
 pytestmark = pytest.mark.timeout(300)
 

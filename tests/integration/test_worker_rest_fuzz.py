@@ -8,7 +8,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from worker.http.rest import create_app
+from worker.api.rest import create_app
 from worker.service import Worker, load_worker_config
 
 

@@ -1,4 +1,4 @@
-"""worker.http.address: where a worker listens, written whole into its data directory, its generation
+"""worker.api.address: where a worker listens, written whole into its data directory, its generation
 counting its starts there, and the errors of a reader that finds no usable document."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from connect.errors import ConnectError
-from worker.http.address import ADDRESS_FILE, read_address, record_start
+from worker.api.address import ADDRESS_FILE, read_address, record_start
 
 
 def test_each_start_writes_the_url_and_the_next_generation(tmp_path):

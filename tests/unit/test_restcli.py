@@ -1,4 +1,4 @@
-"""``connect connectors ...`` (worker.http.restcli) against a small in-memory REST worker served over real HTTP."""
+"""``connect connectors ...`` (worker.api.restcli) against a small in-memory REST worker served over real HTTP."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 from typer.testing import CliRunner
 
+from worker.api.restcli import app, parse_prometheus
 from worker.cli import app as cli_app
-from worker.http.restcli import app, parse_prometheus
 
 runner = CliRunner()
 

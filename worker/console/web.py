@@ -5,7 +5,7 @@ sheet, all written for this project, no third-party code, nothing fetched from t
 read once, when the app is built. Only the files listed in :data:`ASSETS` are served: a path names
 a file of that list or gets 404, so nothing else of the package or the disk can be reached.
 
-Authentication is the REST API's (``worker.http.rest``): with basic credentials configured, ``/ui``
+Authentication is the REST API's (``worker.api.rest``): with basic credentials configured, ``/ui``
 answers 401 with a ``Basic`` challenge, so a browser asks for them and sends them with every
 request the page makes. With only a bearer token configured (a browser cannot be asked for one),
 the page and its assets - which hold no data - load without credentials and the page asks for the

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["build_spark", "start_spark", "SparkApp", "SparkExecutor", "default_master"]
 
-_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 SPARK_DEFAULTS = {
     "spark.python.worker.reuse": "true",  # keeps task pairs and their broker clients across epochs

@@ -29,10 +29,10 @@ from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
+from worker.api.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 from worker.console.model import ConsoleHistory, ConsoleViews
 from worker.console.web import CONSOLE_PREFIX, UI_PREFIX, console_routes
 from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
-from worker.http.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 
 __all__ = ["create_app", "RestAuth"]
 
@@ -149,7 +149,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
                allowed_hosts: Iterable[str] = ("localhost", "localhost.localdomain"),
                allowed_origins: Iterable[str] = (), max_body: int = DEFAULT_MAX_BODY,
                max_json_depth: int = DEFAULT_MAX_DEPTH, console: Any = None) -> FastAPI:
-    """The ASGI application over ``herder``, behind :class:`worker.http.restguard.RestGuard`, with the
+    """The ASGI application over ``herder``, behind :class:`worker.api.restguard.RestGuard`, with the
     operator console (``worker.console.web``) over ``console`` (a :class:`worker.console.model.ConsoleViews`;
     None: one whose history is sampled by the console's own requests)."""
     app = FastAPI(title="connect-bridge worker", version=VERSION,

@@ -2,7 +2,7 @@
 
 Every command talks to the worker at ``--url`` (env ``CONNECT_URL``); without one, at the URL the
 worker wrote into its data directory ``--data-dir`` (env ``CONNECT_DATA_DIR``, as ``connect worker
-start`` reads it; ``worker.http.address``), else ``http://127.0.0.1:8083``. They share these connection
+start`` reads it; ``worker.api.address``), else ``http://127.0.0.1:8083``. They share these connection
 options:
 
 - ``--token`` (env ``CONNECT_TOKEN``): sends ``Authorization: Bearer <token>``;
@@ -118,14 +118,14 @@ def _seg(name: str) -> str:
 
 
 def _worker_url(url: str | None, data_dir: Path | None) -> str:
-    """``--url`` when given, else the URL the worker wrote into ``--data-dir`` (``worker.http.address``),
+    """``--url`` when given, else the URL the worker wrote into ``--data-dir`` (``worker.api.address``),
     else :data:`DEFAULT_URL`."""
     if url:
         return url
     if data_dir is None:
         return DEFAULT_URL
     from connect.errors import ConnectError
-    from worker.http.address import read_address
+    from worker.api.address import read_address
 
     try:
         return read_address(data_dir).url
