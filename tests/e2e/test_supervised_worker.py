@@ -38,6 +38,7 @@ import orjson
 import pytest
 import spark_cluster as cluster_fixtures
 from kafka_util import consume_all, create_topic, produce
+from service_util import wait_for
 
 spark_cluster = cluster_fixtures.spark_cluster
 
@@ -142,13 +143,11 @@ def _committed(url: str, name: str) -> int:
 
 
 def _wait(predicate, timeout: float, what: str, log: Path):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; worker log:\n{log.read_text()[-4000:]}")
+    """``service_util.wait_for``, with the worker's log in the failure."""
+    try:
+        return wait_for(predicate, timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; worker log:\n{log.read_text()[-4000:]}") from None
 
 
 def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess:

@@ -75,7 +75,6 @@ class _Host:
         self.evict: set[str] = set()  # pairs moved away whose runners this host should stop
         self.where: tuple[str, int] | None = None  # (hostname, pid) once it asked for work
         self.alive = True
-        self.started = time.monotonic()
 
 
 _POOLS: dict[int, tuple[HostPool, int]] = {}  # id of the Spark application (or its future) -> (pool, users)
@@ -129,7 +128,6 @@ class HostPool:
         self._next = 0
         self._closed = False
         self.moves = 0
-        self.lost = 0
 
     # -- control channel handlers (threads of the driver's control server) -------------------------
     def register(self, server) -> None:
@@ -218,7 +216,7 @@ class HostPool:
         """What each live host runs (for status and metrics)."""
         with self._cond:
             return [{"host": h.id, "where": list(h.where) if h.where else None, "pairs": sorted(h.pairs),
-                     "load": round(self._load(h), 3), "moves": self.moves} for h in self._hosts.values() if h.alive]
+                     "load": round(self._load(h), 3)} for h in self._hosts.values() if h.alive]
 
     # -- placement -------------------------------------------------------------------------------
     def _load(self, host: _Host) -> float:
@@ -310,6 +308,7 @@ class HostPool:
         return None if current is not None else min(live, key=by_load)
 
     def _unplace(self, pair: str) -> None:
+        self._moving.pop(pair, None)
         host = self._hosts.get(self._placed.pop(pair, ""))
         if host is not None:
             host.pairs.discard(pair)
@@ -346,7 +345,6 @@ class HostPool:
             closed = self._closed
             self._cond.notify_all()
         if lost or not closed:
-            self.lost += not closed
             where = f"{host.where[0]} pid {host.where[1]}" if host.where else "not started"
             log.warning("task pair host %s (%s) ended: %s; %d epoch(s) lost there restart from their committed "
                         "offsets", host.id, where, error, len(lost))
