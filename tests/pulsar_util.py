@@ -36,9 +36,12 @@ def produce(broker, topic: str, count: int, partitions: int, *, start: int = 0) 
     assert not errors, errors[:3]
 
 
-def consume_all(broker, topic: str, partitions: int, expected: int, timeout: float = 60.0) -> dict[int, list]:
+def consume_all(broker, topic: str, partitions: int, expected: int, timeout: float = 60.0,
+                ident=None) -> dict[int, list]:
     """Every message of each partition (from the earliest), by partition index (-1: not
-    partitioned), until ``expected`` arrived and 1 s of silence followed. Read with the Pulsar
+    partitioned), until ``expected`` arrived and 1 s of silence followed. With ``ident`` (message ->
+    identity), ``expected`` counts distinct identities, so duplicates cannot end the read early
+    while a stalled reader still holds the tail. Read with the Pulsar
     source's own guards (``connectors.pulsar.guards``): pulsar-lite's readers stall and deliver
     again under load, which plain readers turned into missing or doubled records in tests."""
     from connectors.pulsar.guards import TopicReaders
@@ -49,12 +52,16 @@ def consume_all(broker, topic: str, partitions: int, expected: int, timeout: flo
     out: dict[int, list] = {p: [] for p in names.values()}
     deadline = time.monotonic() + timeout
     quiet_since = None
+    seen: set = set()
     try:
         while time.monotonic() < deadline:
             got = readers.read(5000, 50)
             for name, m in got:
-                out[names[name]].append(pulsar.Message._wrap(m))
-            total = sum(map(len, out.values()))
+                wrapped = pulsar.Message._wrap(m)
+                out[names[name]].append(wrapped)
+                if ident is not None:
+                    seen.add(ident(wrapped))
+            total = len(seen) if ident is not None else sum(map(len, out.values()))
             if got:
                 quiet_since = None
             elif total >= expected:

@@ -153,7 +153,8 @@ def test_pulsar_target_frozen_mid_stream_loses_nothing_and_keeps_key_order(pulsa
         {"connector.class": "pulsar", "service.url": dst.service_url, "topic.template": "{topic}-copy",
          "send.timeout.ms": 2000}, **EPOCHS))
     stats = _through_a_freeze(driver, dst, _Steady(send, done, total), total)
-    got = consume_all(dst, f"{topic}-copy", 0, total)
-    _check("pulsar", {p: [int(m.data().split(b"-")[1]) for m in msgs] for p, msgs in got.items()},
+    index = lambda m: int(m.data().split(b"-")[1])  # noqa: E731
+    got = consume_all(dst, f"{topic}-copy", 0, total, ident=index)
+    _check("pulsar", {p: [index(m) for m in msgs] for p, msgs in got.items()},
            total, stats)
     assert stats["transient"] > 0, "the freeze made no send fail: nothing was tested"
