@@ -172,7 +172,7 @@ def test_target_pulsar_down_30s_mid_stream_resumes_by_itself_and_loses_nothing(s
             assert driver.runtimes[0].offsets != before
         finally:
             driver.close()
-        out = consume_all(dst, topic, 0, 10_000)[-1]
+        out = consume_all(dst, topic, 0, 10_000, ident=_index)[-1]
         indexes = [_index(m) for m in out]
         assert sorted(set(indexes)) == list(range(10_000))  # 0 lost
         firsts = [indexes.index(i) for i in range(10_000)]
@@ -226,7 +226,7 @@ def test_source_pulsar_restarted_mid_stream_reader_guards_lose_nothing(spark, tm
                 restart.join()
         finally:
             driver.close()
-        for part, msgs in consume_all(dst, topic, parts, n).items():
+        for part, msgs in consume_all(dst, topic, parts, n, ident=_index).items():
             assert_delivered_in_order([_index(m) for m in msgs], list(range(part, n, parts)), f"partition {part}")
     finally:
         src.stop()
