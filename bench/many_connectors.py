@@ -70,6 +70,27 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) used so far by ``pids`` (processes that ended are not counted)."""
+    total = 0
+    for p in pids:
+        if (st := _stat(str(p))) is not None:
+            total += int(st[1][11]) + int(st[1][12])
+    return total / TICK
+
+
+def cpu_by_role(worker: int, src: EmbeddedKafka, dst: EmbeddedKafka) -> dict[str, float]:
+    """CPU seconds so far of the worker's driver, its JVM, its Python workers, and the two brokers."""
+    pids = tree(worker)
+    names = {p: (_stat(str(p)) or ("?", []))[0] for p in pids}
+    return {"driver": cpu_s([worker]), "jvm": cpu_s([p for p in pids if names[p] == "java"]),
+            "python workers": cpu_s([p for p in pids if p != worker and names[p] != "java"]),
+            "source broker": cpu_s([src.proc.pid]), "target broker": cpu_s([dst.proc.pid])}
+
+
 def rss_mb(pids: list[int]) -> float:
     total = 0
     for p in pids:
@@ -234,9 +255,11 @@ def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dic
             producer = multiprocessing.Process(target=produce_paced,
                                                args=(src.bootstrap, topics, args.rate, args.seconds, counts))
             stop_at = [time.monotonic() + args.seconds + args.drain + 30]
+            cpu0, t0 = cpu_by_role(proc.pid, src, dst), time.monotonic()
             producer.start()
             lat = watch(dst.bootstrap, [f"copy.{t}" for t in topics], counts, stop_at)
             producer.join()
+            cpu1, elapsed = cpu_by_role(proc.pid, src, dst), time.monotonic() - t0
             sampler.done.set()
             sampler.join()
     finally:
@@ -247,7 +270,9 @@ def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dic
             "delivered": len(everything), "p50": pct(everything, 0.5), "p99": pct(everything, 0.99),
             "max": max(everything, default=float("nan")), "worst_p99": worst, "rss_empty_mb": empty, "rss_idle_mb": idle,
             "rss_peak_mb": max(sampler.peak, idle), "processes": max(sampler.processes, len(pids)),
-            "created_s": created_s}
+            "created_s": created_s,
+            # cores used on average while the producer ran and the copies arrived
+            "cores": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1}}
 
 
 def busy_run(idle_n: int, records: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> float:
@@ -321,6 +346,9 @@ def main() -> None:
               f"{r['p50']:,.0f} / {r['p99']:,.0f} / {r['max']:,.0f} ms | {r['worst_p99']:,.0f} ms | "
               f"{r['rss_empty_mb']:,.0f} / {r['rss_idle_mb']:,.0f} / {r['rss_peak_mb']:,.0f} MB ({r['processes']}) | "
               f"{r['created_s']:.0f} s |")
+    for r in rows:
+        print(f"{r['connectors']} connectors, cores used while the records moved: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in r["cores"].items()))
 
 
 if __name__ == "__main__":
