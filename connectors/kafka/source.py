@@ -37,6 +37,7 @@ from connect.source.partitioned import (
 )
 from connectors.kafka.clients import POOL, client_config
 from connectors.kafka.native import KIND, KafkaCodec
+from connectors.kafka.shared import SHARED
 
 __all__ = ["KafkaSourceConnector", "KafkaSourceTask"]
 
@@ -55,6 +56,10 @@ CONFIG = (
             validator=valid_regex)
     .merge(source_keys(partitions="partitions", time_kind="record timestamp", refresh_ms=10_000,
                        refresh_why="a metadata request to one broker lists every topic and partition, cheaply."))
+    .define("consumer.shared", Type.BOOLEAN, True,
+            "Read through one consumer per worker process and consumer settings, shared by the source "
+            "tasks the process hosts: one fetch request per broker for all of them instead of one per task "
+            "(see connectors.kafka.shared). false: a consumer of the task's own, as Kafka Connect does.")
     .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
     .define_prefix("consumer.override.", "librdkafka settings for the consumers only.")
     .define_prefix("admin.override.", "librdkafka settings for the admin client only.")
@@ -154,7 +159,10 @@ class KafkaSourceTask(SourceTask):
         self._sp: dict[str, dict[int, dict]] = {}
         for topic, part in assignment:
             self._sp.setdefault(topic, {})[part] = {"topic": topic, "partition": part}
-        self._consumer = POOL.acquire("consumer", self._owner, self._conf)
+        self._sub = None  # the task's partitions on a shared consumer (consumer.shared)
+        self._shared = SHARED.get(self._conf) if cfg["consumer.shared"] else None
+        self._consumer = (self._shared.consumer if self._shared is not None
+                          else POOL.acquire("consumer", self._owner, self._conf))
         self._ts_floor: dict[tuple[str, int], int] = {}
         self._start_offsets: dict[str, dict] = {}
         self._deferred_error: ConnectError | None = None
@@ -175,7 +183,10 @@ class KafkaSourceTask(SourceTask):
         if by_time:
             tps.extend(self._offsets_for_times(by_time, cfg["start.timestamp.ms"]))
         self._assigned = [TopicPartition(t, p) for t, p in assignment]
-        self._consumer.assign(tps)
+        if self._shared is not None:
+            self._sub = self._shared.subscribe(tps, max(self._batch, 100))
+        else:
+            self._consumer.assign(tps)
         # native batches (``connectors.kafka.native``) when the runner allows them
         self._codec = KafkaCodec(self._sp) if context.native_batches and self._sp else None
 
@@ -222,6 +233,8 @@ class KafkaSourceTask(SourceTask):
         Kafka consumer's ``poll`` (``max.poll.records`` is a most, not a quota): librdkafka's batch
         consume waits until it has the whole count or its timeout passed, which at 50 msg/s kept
         every record waiting for the timeout, and under a backlog made a larger batch cost latency."""
+        if self._sub is not None:
+            return self._sub.take(self._batch, max(min(self._timeout, self.context.time_left()), 0))
         consume = self._consumer.consume
         msgs = consume(self._batch, 0)
         if msgs:
@@ -303,12 +316,19 @@ class KafkaSourceTask(SourceTask):
             for tp in self._consumer.position(self._assigned):
                 low, high = self._consumer.get_watermark_offsets(tp, cached=True)
                 if high >= 0 and tp.offset >= 0:
-                    out[partition_key(self._sp[tp.topic][tp.partition])] = max(high - tp.offset, 0)
+                    # fetched for this task through a shared consumer but not polled yet: still behind
+                    waiting = self._sub.buffered(tp.topic, tp.partition) if self._sub is not None else 0
+                    out[partition_key(self._sp[tp.topic][tp.partition])] = max(high - tp.offset, 0) + waiting
         except (KafkaException, KeyError):
             return None
         return out
 
     def stop(self) -> None:
+        if getattr(self, "_shared", None) is not None:
+            if self._sub is not None:
+                self._sub.close()
+            self._sub = self._shared = self._consumer = None
+            return
         consumer = getattr(self, "_consumer", None)
         if consumer is not None:
             try:

@@ -1,0 +1,105 @@
+"""One Kafka consumer shared by several source tasks of a process (connectors.kafka.shared), over the
+wire against tansu: each task gets exactly its partitions in order, concurrent pollers hand each
+other what they fetch, a task that stops polling is paused at its bound while the others flow, and
+a task re-subscribed from an earlier offset gets those records again, nothing fetched for its
+previous position."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import TopicPartition
+from kafka_util import create_topic, produce
+
+from connectors.kafka.shared import SharedConsumers
+
+
+def _conf(bootstrap: str) -> dict:
+    return {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100, "group.id": "ignored-per-task"}
+
+
+def _read(sub, expected: int, timeout: float = 30.0) -> list[int]:
+    out: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expected and time.monotonic() < deadline:
+        for m in sub.take(500, 0.1):
+            assert m.error() is None, m.error()
+            out.append(int(m.value().split(b"-")[1]))
+    return out
+
+
+def test_tasks_share_one_consumer_each_gets_its_partitions_in_order(kafka_pair, unique):
+    src, _ = kafka_pair
+    topics = [f"{unique}-{i}" for i in range(3)]
+    for t in topics:
+        create_topic(src.bootstrap, t, 2)
+        produce(src.bootstrap, t, 2000, 2)
+    shared = SharedConsumers()
+    try:
+        one = shared.get(_conf(src.bootstrap))
+        # another task's settings differ only by its group.id: the same consumer
+        assert shared.get({**_conf(src.bootstrap), "group.id": "other-task"}) is one
+        subs = [one.subscribe([TopicPartition(t, p, 0) for p in (0, 1)], 100) for t in topics]
+        got: list[list[int]] = [[] for _ in subs]
+        threads = [threading.Thread(target=lambda i=i: got[i].extend(_read(subs[i], 2000))) for i in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        for i, values in enumerate(got):
+            assert sorted(values) == list(range(2000)), f"task {i}: {len(values)} records"
+            for part in (0, 1):  # per partition, in offset order
+                mine = [v for v in values if v % 2 == part]
+                assert mine == sorted(mine)
+    finally:
+        shared.close_all()
+
+
+def test_a_task_that_stops_polling_is_paused_at_its_bound_and_the_others_flow(kafka_pair, unique):
+    src, _ = kafka_pair
+    slow_t, fast_t = f"{unique}-slow", f"{unique}-fast"
+    for t in (slow_t, fast_t):
+        create_topic(src.bootstrap, t, 1)
+    produce(src.bootstrap, slow_t, 5000, 1)
+    produce(src.bootstrap, fast_t, 3000, 1)
+    shared = SharedConsumers()
+    try:
+        consumer = shared.get(_conf(src.bootstrap))
+        slow = consumer.subscribe([TopicPartition(slow_t, 0, 0)], 200)
+        fast = consumer.subscribe([TopicPartition(fast_t, 0, 0)], 200)
+        assert _read(fast, 3000) == list(range(3000))  # led by the fast task alone
+        # what was fetched for the slow task waits for it, bounded: paused at 200 (+ one fetch)
+        assert slow.paused
+        assert 200 <= len(slow.buffer) <= 200 + 500, len(slow.buffer)
+        produce(src.bootstrap, fast_t, 1000, 1, start=3000)
+        assert _read(fast, 1000) == list(range(3000, 4000))
+        assert len(slow.buffer) <= 200 + 500
+        # polling again resumes it, and nothing was skipped while it was paused
+        assert _read(slow, 5000) == list(range(5000))
+        assert not slow.paused
+    finally:
+        shared.close_all()
+
+
+def test_a_task_resubscribed_from_an_earlier_offset_gets_those_records_again(kafka_pair, unique):
+    src, _ = kafka_pair
+    topic = f"{unique}-again"
+    create_topic(src.bootstrap, topic, 1)
+    produce(src.bootstrap, topic, 3000, 1)
+    shared = SharedConsumers()
+    try:
+        consumer = shared.get(_conf(src.bootstrap))
+        other = consumer.subscribe([], 100)  # keeps the consumer shared (routing, not the lone fast path)
+        first = consumer.subscribe([TopicPartition(topic, 0, 0)], 500)
+        assert _read(first, 2500)[:2500] == list(range(2500))
+        first.close()  # a restart from committed offset 999: the records after it come again
+        again = consumer.subscribe([TopicPartition(topic, 0, 1000)], 500)
+        assert _read(again, 2000) == list(range(1000, 3000))
+        assert again.take(500, 0.5) == []
+        other.close()
+        again.close()
+        assert consumer.idle_since is not None
+    finally:
+        shared.close_all()
