@@ -86,7 +86,7 @@ def cpu_by_role(worker: int, src: EmbeddedKafka, dst: EmbeddedKafka) -> dict[str
     """CPU seconds so far of the worker's driver, its JVM, its Python workers, and the two brokers."""
     pids = tree(worker)
     names = {p: (_stat(str(p)) or ("?", []))[0] for p in pids}
-    return {"driver": cpu_s([worker]), "jvm": cpu_s([p for p in pids if names[p] == "java"]),
+    return {"driver or raw loop": cpu_s([worker]), "jvm": cpu_s([p for p in pids if names[p] == "java"]),
             "python workers": cpu_s([p for p in pids if p != worker and names[p] != "java"]),
             "source broker": cpu_s([src.proc.pid]), "target broker": cpu_s([dst.proc.pid])}
 
@@ -118,9 +118,9 @@ class RssSampler(threading.Thread):
 
 
 # -- load ---------------------------------------------------------------------------------------
-def produce_paced(bootstrap: str, topics: list[str], rate: int, seconds: float, counts) -> None:
+def produce_paced(bootstrap: str, topics: list[str], rate: int, seconds: float, counts, linger_ms: int = 5) -> None:
     """``rate`` msg/s into every topic for ``seconds`` s, in ticks of 20 ms; key = topic:index."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
     start = time.monotonic()
     sent = 0
     per_tick = rate / 50
@@ -166,6 +166,28 @@ def watch(bootstrap: str, topics: list[str], expected_holder, stop_at: list[floa
             got += 1
     c.close()
     return lat
+
+
+def raw_mirror(src: str, dst: str, topics: list[str], stop_at: float) -> None:
+    """The raw client loop: one consumer of every source topic, one producer to ``raw.<topic>`` on
+    the target, with the settings the Kafka source and sink default to (fetch wait 100 ms, linger 5
+    ms), until ``stop_at`` (wall clock). What the two brokers and clients allow at this load."""
+    c = Consumer({"bootstrap.servers": src, "group.id": "raw", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10})
+    c.assign([TopicPartition(t, 0, 0) for t in topics])
+    p = Producer({"bootstrap.servers": dst, "linger.ms": 5, "enable.idempotence": True})
+    while time.time() < stop_at:
+        for m in c.consume(1000, 0.1):
+            if m.error() is None:
+                while True:
+                    try:
+                        p.produce("raw." + m.topic(), m.value(), m.key(), timestamp=m.timestamp()[1])
+                        break
+                    except BufferError:
+                        p.poll(0.01)
+        p.poll(0)
+    p.flush(30)
+    c.close()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -237,6 +259,34 @@ def create_connectors(http: httpx.Client, names_topics: list[tuple[str, str]], s
         time.sleep(1)
 
 
+def raw_run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args) -> dict:
+    """The same load through :func:`raw_mirror` instead of a worker (run before it, same brokers)."""
+    topics = [f"raw{int(time.time())}-{n}-{i}" for i in range(n)]
+    create_topics(src.bootstrap, topics)
+    create_topics(dst.bootstrap, [f"raw.{t}" for t in topics])
+    deadline = time.time() + args.seconds + args.drain + 30
+    mirror = multiprocessing.Process(target=raw_mirror, args=(src.bootstrap, dst.bootstrap, topics, deadline))
+    mirror.start()
+    time.sleep(2)
+    counts = multiprocessing.Value("q", 0)
+    cpu0, t0 = cpu_by_role(mirror.pid, src, dst), time.monotonic()
+    producer = multiprocessing.Process(target=produce_paced, args=(src.bootstrap, topics, args.rate, args.seconds,
+                                                                   counts, args.producer_linger_ms))
+    producer.start()
+    lat = watch(dst.bootstrap, [f"raw.{t}" for t in topics], counts, [time.monotonic() + args.seconds + args.drain])
+    producer.join()
+    cpu1, elapsed = cpu_by_role(mirror.pid, src, dst), time.monotonic() - t0
+    mirror.terminate()
+    mirror.join()
+    everything = [x for v in lat.values() for x in v]
+    return {"connectors": f"{n} topics, raw loop", "slots": "-", "produced": counts.value,
+            "delivered": len(everything), "p50": pct(everything, 0.5), "p99": pct(everything, 0.99),
+            "max": max(everything, default=float("nan")),
+            "worst_p99": max(pct(v, 0.99) for v in lat.values()) if lat else float("nan"),
+            "rss_empty_mb": 0, "rss_idle_mb": 0, "rss_peak_mb": 0, "processes": 1, "created_s": 0,
+            "cores": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1}}
+
+
 def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dict:
     proc, base, cfg = start_worker(str(n), args, work)
     prefix = f"b{int(time.time())}-{n}"
@@ -253,7 +303,8 @@ def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dic
             sampler.start()
             counts = multiprocessing.Value("q", 0)
             producer = multiprocessing.Process(target=produce_paced,
-                                               args=(src.bootstrap, topics, args.rate, args.seconds, counts))
+                                               args=(src.bootstrap, topics, args.rate, args.seconds, counts,
+                                                     args.producer_linger_ms))
             stop_at = [time.monotonic() + args.seconds + args.drain + 30]
             cpu0, t0 = cpu_by_role(proc.pid, src, dst), time.monotonic()
             producer.start()
@@ -322,7 +373,12 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=0, help="worker.task.slots (default: the worker's default)")
     ap.add_argument("--rate", type=int, default=50, help="msg/s into every topic")
     ap.add_argument("--seconds", type=float, default=40)
+    ap.add_argument("--producer-linger-ms", type=int, default=5,
+                    help="linger.ms of the paced producer (its request rate is most of the source broker's load)")
     ap.add_argument("--drain", type=float, default=60)
+    ap.add_argument("--work", default=None, help="directory to keep the workers' logs in")
+    ap.add_argument("--raw", action="store_true",
+                    help="before each N, the same load through a raw consume->produce loop (the brokers' own latency)")
     ap.add_argument("--set", action="append", default=[], help="worker setting key=value")
     ap.add_argument("--connector-set", action="append", default=[], help="connector key=value")
     ap.add_argument("--busy-beside", type=int, default=0, metavar="N",
@@ -336,8 +392,15 @@ def main() -> None:
         print(f"one busy connector alone: {alone:,.0f} msg/s; beside {args.busy_beside} idle connectors: "
               f"{beside:,.0f} msg/s = {beside / alone:.2f}x (target >= 0.9)")
         return
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedKafka() as src, EmbeddedKafka() as dst:
-        rows = [run(int(n), src, dst, args, Path(tmp)) for n in args.connectors.split(",")]
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp, EmbeddedKafka() as src, EmbeddedKafka() as dst:
+        rows = []
+        for n in map(int, args.connectors.split(",")):
+            if args.raw:
+                rows.append(raw_run(n, src, dst, args))
+            rows.append(run(n, src, dst, args, Path(tmp)))
+        if args.work:  # keep the workers' logs
+            for log in Path(tmp).glob("worker-*.log"):
+                log.rename(Path(args.work) / log.name)
     print("| connectors | slots | delivered | latency p50 / p99 / max | worst connector p99 | RSS no connector / "
           "idle / peak (processes) | all RUNNING after |")
     print("|---|---|---|---|---|---|---|")

@@ -26,6 +26,11 @@ How the sharing works:
   taken them below ``low``; others keep flowing.
 - Errors of a partition go to the task that owns it; errors of the client (all brokers down) go
   to every task.
+- Every other call on the consumer (watermarks, offsets for times) goes through :attr:`locked`,
+  under the fetch lock: with confluent-kafka 2.16 a ``position`` or ``get_watermark_offsets`` call
+  from one thread while another loops in ``consume`` waits until the loop stops (measured: forever;
+  in a host, epochs that ended in ``lag()`` stalled for up to a minute). A task's position is its
+  own (:attr:`Subscription.positions`), not the consumer's, which runs ahead by what is buffered.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from typing import Any, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -46,6 +52,8 @@ class Subscription:
     def __init__(self, owner: SharedConsumer, tps: list[TopicPartition], high: int) -> None:
         self._owner = owner
         self.partitions = [(tp.topic, tp.partition) for tp in tps]
+        # next offset to hand out, per partition: the start, then after each message taken
+        self.positions = {(tp.topic, tp.partition): tp.offset for tp in tps}
         self.buffer: deque = deque()
         self.high, self.low = high, max(high // 4, 1)
         self.paused = False
@@ -53,18 +61,15 @@ class Subscription:
         self.closed = False
 
     @property
-    def consumer(self) -> Consumer:
-        """The librdkafka consumer (for watermarks, offsets_for_times: calls that read, never fetch)."""
-        return self._owner.consumer
+    def consumer(self) -> _Locked:
+        """The consumer for calls that read and never fetch (watermarks, offsets for times), each
+        under the fetch lock."""
+        return self._owner.locked
 
     def take(self, most: int, wait: float) -> list:
         """Up to ``most`` messages for this task: what waits for it at once, else the first to
         arrive within ``wait`` seconds and what came with it."""
         return self._owner.take(self, most, wait)
-
-    def buffered(self, topic: str, partition: int) -> int:
-        """Messages of one partition fetched for this task and not taken yet."""
-        return sum(1 for m in list(self.buffer) if m.partition() == partition and m.topic() == topic)
 
     def close(self) -> None:
         self._owner.unsubscribe(self)
@@ -75,7 +80,8 @@ class SharedConsumer:
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self.consumer = Consumer(dict(conf))
-        self._lock = threading.Lock()  # held by the leader for a fetch, and for (un)assignments
+        self._lock = threading.Lock()  # held by the leader for a fetch, for (un)assignments and other calls
+        self.locked = _Locked(self)
         self._arrived = threading.Condition(threading.Lock())  # notified when messages were handed out
         self._routes: dict[tuple[str, int], Subscription] = {}
         self._subs: list[Subscription] = []
@@ -125,6 +131,17 @@ class SharedConsumer:
             self._closed = True
             self.consumer.close()
 
+    @contextmanager
+    def exclusive(self, timeout: float = -1):
+        """The consumer to oneself: no fetch runs meanwhile (waits for the current one, at most
+        ``timeout`` seconds if given: then TimeoutError)."""
+        if not self._lock.acquire(timeout=timeout):
+            raise TimeoutError("the shared consumer stayed busy")
+        try:
+            yield self.consumer
+        finally:
+            self._lock.release()
+
     # -- fetching -----------------------------------------------------------------------------
     def take(self, sub: Subscription, most: int, wait: float) -> list:
         deadline = time.monotonic() + wait
@@ -155,6 +172,18 @@ class SharedConsumer:
         buf = sub.buffer
         n = min(most, len(buf))
         out = [buf.popleft() for _ in range(n)]
+        if out:  # the last offset taken per partition (from the end: one message for one partition)
+            positions = sub.positions
+            left = len(positions)
+            seen = set()
+            for m in reversed(out):
+                if m.error() is None:
+                    tp = (m.topic(), m.partition())
+                    if tp not in seen:
+                        seen.add(tp)
+                        positions[tp] = m.offset() + 1
+                        if len(seen) == left:
+                            break
         if sub.paused and len(buf) <= sub.low:
             sub.resume_wanted = True
         return out
@@ -204,6 +233,20 @@ class SharedConsumer:
                     s.paused = False
                 except KafkaException:
                     s.resume_wanted = True
+
+
+class _Locked:
+    """The shared consumer's methods, each called under its fetch lock."""
+
+    def __init__(self, shared: SharedConsumer) -> None:
+        self._shared = shared
+
+    def __getattr__(self, name: str):
+        def call(*args, **kwargs):
+            with self._shared.exclusive() as consumer:
+                return getattr(consumer, name)(*args, **kwargs)
+
+        return call
 
 
 class SharedConsumers:

@@ -161,7 +161,8 @@ class KafkaSourceTask(SourceTask):
             self._sp.setdefault(topic, {})[part] = {"topic": topic, "partition": part}
         self._sub = None  # the task's partitions on a shared consumer (consumer.shared)
         self._shared = SHARED.get(self._conf) if cfg["consumer.shared"] else None
-        self._consumer = (self._shared.consumer if self._shared is not None
+        # shared: every call under the fetch lock (see connectors.kafka.shared)
+        self._consumer = (self._shared.locked if self._shared is not None
                           else POOL.acquire("consumer", self._owner, self._conf))
         self._ts_floor: dict[tuple[str, int], int] = {}
         self._start_offsets: dict[str, dict] = {}
@@ -313,13 +314,18 @@ class KafkaSourceTask(SourceTask):
     def lag_by_partition(self) -> dict[str, int] | None:
         out = {}
         try:
-            for tp in self._consumer.position(self._assigned):
-                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-                if high >= 0 and tp.offset >= 0:
-                    # fetched for this task through a shared consumer but not polled yet: still behind
-                    waiting = self._sub.buffered(tp.topic, tp.partition) if self._sub is not None else 0
-                    out[partition_key(self._sp[tp.topic][tp.partition])] = max(high - tp.offset, 0) + waiting
-        except (KafkaException, KeyError):
+            if self._sub is not None:  # the task's own positions; the watermarks in one short hold of the lock
+                positions = self._sub.positions
+                with self._shared.exclusive(timeout=1.0) as consumer:
+                    ends = [(tp, positions.get((tp.topic, tp.partition), -1),
+                             consumer.get_watermark_offsets(tp, cached=True)[1]) for tp in self._assigned]
+            else:
+                ends = [(tp, tp.offset, self._consumer.get_watermark_offsets(tp, cached=True)[1])
+                        for tp in self._consumer.position(self._assigned)]
+            for tp, position, high in ends:
+                if high >= 0 and position >= 0:
+                    out[partition_key(self._sp[tp.topic][tp.partition])] = max(high - position, 0)
+        except (KafkaException, KeyError, TimeoutError):
             return None
         return out
 

@@ -94,6 +94,7 @@ def test_a_task_resubscribed_from_an_earlier_offset_gets_those_records_again(kaf
         other = consumer.subscribe([], 100)  # keeps the consumer shared (routing, not the lone fast path)
         first = consumer.subscribe([TopicPartition(topic, 0, 0)], 500)
         assert _read(first, 2500)[:2500] == list(range(2500))
+        assert first.positions[(topic, 0)] >= 2500
         first.close()  # a restart from committed offset 999: the records after it come again
         again = consumer.subscribe([TopicPartition(topic, 0, 1000)], 500)
         assert _read(again, 2000) == list(range(1000, 3000))
@@ -101,5 +102,37 @@ def test_a_task_resubscribed_from_an_earlier_offset_gets_those_records_again(kaf
         other.close()
         again.close()
         assert consumer.idle_since is not None
+    finally:
+        shared.close_all()
+
+
+def test_calls_beside_a_polling_task_do_not_wait_for_its_fetch_loop(kafka_pair, unique):
+    """confluent-kafka 2.16: get_watermark_offsets / position from one thread while another loops in
+    consume() waits until the loop stops. Through ``locked`` they wait for one fetch at most."""
+    src, _ = kafka_pair
+    topic = f"{unique}-calls"
+    create_topic(src.bootstrap, topic, 1)
+    produce(src.bootstrap, topic, 10, 1)
+    shared = SharedConsumers()
+    try:
+        consumer = shared.get(_conf(src.bootstrap))
+        busy = consumer.subscribe([TopicPartition(topic, 0, 0)], 100)
+        stop = threading.Event()
+        poller = threading.Thread(target=lambda: [busy.take(100, 0.1) for _ in iter(stop.is_set, True)])
+        poller.start()
+        try:
+            time.sleep(0.5)
+            highs: list[int] = []
+            caller = threading.Thread(target=lambda: highs.extend(
+                busy.consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] for _ in range(5)),
+                daemon=True)  # a daemon: if the call hangs, the test fails instead of hanging
+            caller.start()
+            caller.join(5)
+            assert not caller.is_alive(), "a call waited for the fetch loop"
+            assert len(highs) == 5 and min(highs) >= 1  # tansu: the base offset of the last batch + 1
+        finally:
+            stop.set()
+            poller.join(10)
+        assert busy.positions[(topic, 0)] == 10
     finally:
         shared.close_all()
