@@ -109,6 +109,7 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
             expect(page.locator("g.flow")).to_have_count(6)
             assert sorted(page.locator("g.cluster").evaluate_all("els => els.map(e => e.dataset.cluster)")) == ["A", "B", "C"]
             expect(page.locator("#worker-generation")).to_have_text("1")
+            expect(page.locator("#worker-hosts")).to_contain_text("pairs")  # shared hosts and their pairs
             # every arrow labelled with its rate once the history has samples
             page.wait_for_function("() => [...document.querySelectorAll('g.flow text.figures')]"
                                    ".every(t => !t.textContent.startsWith('-'))", timeout=30_000)

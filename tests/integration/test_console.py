@@ -109,6 +109,10 @@ def test_summary_and_link_documents_carry_flows_figures_failures_and_no_secret(w
     assert flows[paused]["health"] == "paused" and flows[paused]["state"] == "PAUSED"
     assert flows[paused]["source"] == a.bootstrap and flows[paused]["target"] == b.bootstrap  # no alias: the address
     assert {cl["id"] for cl in summary.json()["clusters"]} == {"east", "west", a.bootstrap, b.bootstrap}
+    # how the pairs are hosted: shared hosts carry the running flow's two pairs, nobody waits for a slot
+    hosts = summary.json()["worker"]["hosts"]
+    assert hosts and sum(h["pairs"] for h in hosts) >= 2 and all(h["load_cores"] >= 0 for h in hosts), hosts
+    assert summary.json()["worker"]["slot_waits_s"] == {} and flows[name]["slot_wait_s"] is None
 
     # the CLI finds the worker from the address it wrote into its data directory
     monkeypatch.delenv("CONNECT_URL", raising=False)

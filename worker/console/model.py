@@ -299,6 +299,12 @@ class ConsoleViews:
         started = info.get("started_at")
         info["uptime_s"] = round(time.time() - started, 1) if started else None
         info["sample_interval_s"] = self.history.interval
+        # how task pairs are hosted (issue 23): hosts and their load (shared), slot waits (job)
+        executor = getattr(self.herder, "executor", None)
+        hosts = executor.hosts() if executor is not None and hasattr(executor, "hosts") else []
+        info["hosts"] = [{"host": h["host"], "pairs": len(h["pairs"]), "load_cores": h["load"]} for h in hosts]
+        waits = executor.slot_waits() if executor is not None and hasattr(executor, "slot_waits") else {}
+        info["slot_waits_s"] = {name: round(seconds, 1) for name, seconds in sorted(waits.items())}
         return info
 
     def _connectors(self) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
@@ -334,7 +340,8 @@ class ConsoleViews:
                 "tasks": {"total": len(tasks), "running": sum(t["state"] == "RUNNING" for t in tasks),
                           "failed": sum(t["state"] == "FAILED" for t in tasks)},
                 "records_per_second": _round(records_rate), "acknowledged_per_second": _round(acked_rate),
-                "lag": lag, "errors": f.get("errors", 0.0), "dead_lettered": f.get("dead_lettered", 0.0)})
+                "lag": lag, "errors": f.get("errors", 0.0), "dead_lettered": f.get("dead_lettered", 0.0),
+                "slot_wait_s": status["connector"].get("slot_wait_s")})
         return {"worker": self._worker_view(), "clusters": sorted(clusters.values(), key=lambda c: c["id"]),
                 "flows": flows}
 

@@ -152,7 +152,13 @@ function renderWorker(w) {
     "worker ", h("b", { id: "worker-id" }, w.worker_id),
     " \u00b7 generation ", h("b", { id: "worker-generation" }, w.generation === undefined ? "-" : w.generation),
     " \u00b7 up ", h("b", { id: "worker-uptime" }, duration(w.uptime_s)),
-    w.version ? ` \u00b7 v${w.version}` : "");
+    w.version ? ` \u00b7 v${w.version}` : "",
+    ...(w.hosts && w.hosts.length ? [" \u00b7 hosts ", h("b", { id: "worker-hosts",
+      title: w.hosts.map((x) => `${x.host}: ${x.pairs} pairs, ${fmt(x.load_cores, 2)} cores`).join("\n") },
+      `${w.hosts.length} (${w.hosts.map((x) => x.pairs).join("/")} pairs)`)] : []),
+    ...(w.slot_waits_s && Object.keys(w.slot_waits_s).length ? [" \u00b7 ", h("b", { id: "worker-slot-waits",
+      class: "warn", title: Object.entries(w.slot_waits_s).map(([n, s]) => `${n}: ${fmt(s)} s`).join("\n") },
+      `${Object.keys(w.slot_waits_s).length} waiting for a task slot`)] : []));
 }
 
 // -- topology ----------------------------------------------------------------------------------
@@ -258,7 +264,8 @@ function renderFlowTable(summary) {
     h("th", { class: "num" }, "DLQ"));
   const rows = flows.map((f) => h("tr", { class: "link", "data-flow": f.name,
     onclick: () => { location.hash = `#/connector/${encodeURIComponent(f.name)}`; } },
-    h("td", {}, f.name), h("td", {}, `${f.source} \u2192 ${f.target}`), h("td", {}, f.state), h("td", {}, badge(f.health)),
+    h("td", {}, f.name), h("td", {}, `${f.source} \u2192 ${f.target}`),
+    h("td", {}, f.slot_wait_s ? `${f.state} (waits ${fmt(f.slot_wait_s)} s for a slot)` : f.state), h("td", {}, badge(f.health)),
     h("td", { class: "num" }, `${f.tasks.running}/${f.tasks.total}`), h("td", { class: "num" }, fmt(f.records_per_second)),
     h("td", { class: "num" }, fmt(f.acknowledged_per_second)),
     h("td", { class: "num" }, f.lag ? `${fmt(f.lag.records, 0)} (${fmt(f.lag.seconds)} s)` : "?"),
@@ -316,6 +323,7 @@ function renderConnector(doc) {
     ["records moved / acknowledged / committed", `${fmt(doc.counts.records, 0)} / ${fmt(doc.counts.acknowledged, 0)} / ${fmt(doc.counts.committed, 0)}`],
     ["replication latency (max, last epochs)", doc.replication_latency_max_s === null ? "-" : `${fmt(doc.replication_latency_max_s * 1000, 0)} ms`],
     ...(st.waiting ? [["waiting", st.waiting]] : []),
+    ...(st.slot_wait_s ? [["waiting for a task slot", `${fmt(st.slot_wait_s)} s (worker.task.slots)`]] : []),
     ...(st.trace ? [["connector trace", h("pre", {}, st.trace)]] : []),
   ]));
   renderTasks(doc);
