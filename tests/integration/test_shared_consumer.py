@@ -6,6 +6,7 @@ previous position."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -18,6 +19,19 @@ from connectors.kafka.shared import SharedConsumers
 def _conf(bootstrap: str) -> dict:
     return {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 100, "group.id": "ignored-per-task"}
+
+
+@contextlib.contextmanager
+def _one_topic(kafka_pair, topic: str, records: int):
+    """``topic`` (1 partition) with ``records`` records, and the shared consumer for the source."""
+    src, _ = kafka_pair
+    create_topic(src.bootstrap, topic, 1)
+    produce(src.bootstrap, topic, records, 1)
+    shared = SharedConsumers()
+    try:
+        yield shared.get(_conf(src.bootstrap))
+    finally:
+        shared.close_all()
 
 
 def _read(sub, expected: int, timeout: float = 30.0) -> list[int]:
@@ -84,13 +98,8 @@ def test_a_task_that_stops_polling_is_paused_at_its_bound_and_the_others_flow(ka
 
 
 def test_a_task_resubscribed_from_an_earlier_offset_gets_those_records_again(kafka_pair, unique):
-    src, _ = kafka_pair
     topic = f"{unique}-again"
-    create_topic(src.bootstrap, topic, 1)
-    produce(src.bootstrap, topic, 3000, 1)
-    shared = SharedConsumers()
-    try:
-        consumer = shared.get(_conf(src.bootstrap))
+    with _one_topic(kafka_pair, topic, 3000) as consumer:
         other = consumer.subscribe([], 100)  # keeps the consumer shared (routing, not the lone fast path)
         first = consumer.subscribe([TopicPartition(topic, 0, 0)], 500)
         assert _read(first, 2500)[:2500] == list(range(2500))
@@ -102,20 +111,13 @@ def test_a_task_resubscribed_from_an_earlier_offset_gets_those_records_again(kaf
         other.close()
         again.close()
         assert consumer.idle_since is not None
-    finally:
-        shared.close_all()
 
 
 def test_calls_beside_a_polling_task_do_not_wait_for_its_fetch_loop(kafka_pair, unique):
     """confluent-kafka 2.16: get_watermark_offsets / position from one thread while another loops in
     consume() waits until the loop stops. Through ``locked`` they wait for one fetch at most."""
-    src, _ = kafka_pair
     topic = f"{unique}-calls"
-    create_topic(src.bootstrap, topic, 1)
-    produce(src.bootstrap, topic, 10, 1)
-    shared = SharedConsumers()
-    try:
-        consumer = shared.get(_conf(src.bootstrap))
+    with _one_topic(kafka_pair, topic, 10) as consumer:
         busy = consumer.subscribe([TopicPartition(topic, 0, 0)], 100)
         stop = threading.Event()
         poller = threading.Thread(target=lambda: [busy.take(100, 0.1) for _ in iter(stop.is_set, True)])
@@ -134,5 +136,3 @@ def test_calls_beside_a_polling_task_do_not_wait_for_its_fetch_loop(kafka_pair, 
             stop.set()
             poller.join(10)
         assert busy.positions[(topic, 0)] == 10
-    finally:
-        shared.close_all()
