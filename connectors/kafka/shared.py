@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -86,9 +86,15 @@ class SharedConsumer:
         self._routes: dict[tuple[str, int], Subscription] = {}
         self._subs: list[Subscription] = []
         self.idle_since: float | None = time.monotonic()  # no subscription since
+        self.reserved: set[tuple[str, int]] = set()  # handed out by SharedConsumers.get, not subscribed yet
         self._closed = False
 
     # -- subscriptions ------------------------------------------------------------------------
+    def partitions(self) -> set[tuple[str, int]]:
+        """Partitions read or reserved through this consumer."""
+        with self._lock:
+            return set(self._routes) | self.reserved
+
     def subscribe(self, tps: list[TopicPartition], high: int) -> Subscription:
         """A subscription reading ``tps`` from their offsets. A partition another subscription
         holds is an error: one task per partition is the connector's contract."""
@@ -101,6 +107,7 @@ class SharedConsumer:
                 self.consumer.incremental_assign(tps)
             for p in sub.partitions:
                 self._routes[p] = sub
+            self.reserved.difference_update(sub.partitions)
             self._subs.append(sub)
             self.idle_since = None
         return sub
@@ -255,37 +262,47 @@ class SharedConsumers:
 
     def __init__(self, idle_s: float = 60.0) -> None:
         self._lock = threading.Lock()
-        self._by_key: dict[tuple, SharedConsumer] = {}
+        self._by_key: dict[tuple, list[SharedConsumer]] = {}
         self._idle_s = idle_s
 
     @staticmethod
     def _key(conf: Mapping[str, Any]) -> tuple:
         return tuple(sorted((k, str(v)) for k, v in conf.items() if k not in ("logger", "group.id") and not callable(v)))
 
-    def get(self, conf: Mapping[str, Any]) -> SharedConsumer:
-        """The shared consumer for these settings (connected once, then reused); subscribe to it
-        within ``idle_s``."""
+    def get(self, conf: Mapping[str, Any], partitions: Iterable[tuple[str, int]] = ()) -> SharedConsumer:
+        """A shared consumer for these settings that reads none of ``partitions`` yet (connected
+        once, then reused); subscribe to it within ``idle_s``. Two connectors may read the same
+        partition (a mirror and a monitor of one topic): each gets it through a consumer of its own."""
         key = self._key(conf)
+        wanted = set(partitions)
         with self._lock:
             self._close_idle(keep=key)
-            shared = self._by_key.get(key)
+            consumers = self._by_key.setdefault(key, [])
+            shared = next((c for c in consumers if not wanted & c.partitions()), None)
             if shared is None:
-                shared = self._by_key[key] = SharedConsumer({**conf, "group.id": "connect-shared-source"})
+                shared = SharedConsumer({**conf, "group.id": "connect-shared-source"})
+                consumers.append(shared)
+            with shared._lock:
+                shared.reserved |= wanted
             if shared.idle_since is not None:
                 shared.idle_since = time.monotonic()
         return shared
 
     def _close_idle(self, keep: tuple) -> None:
         now = time.monotonic()
-        for key, shared in list(self._by_key.items()):
-            if key != keep and shared.idle_since is not None and now - shared.idle_since > self._idle_s:
+        for key, consumers in list(self._by_key.items()):
+            for shared in list(consumers):
+                if key != keep and shared.idle_since is not None and now - shared.idle_since > self._idle_s:
+                    consumers.remove(shared)
+                    shared.close()
+            if not consumers:
                 del self._by_key[key]
-                shared.close()
 
     def close_all(self) -> None:
         with self._lock:
-            for shared in self._by_key.values():
-                shared.close()
+            for consumers in self._by_key.values():
+                for shared in consumers:
+                    shared.close()
             self._by_key.clear()
 
 

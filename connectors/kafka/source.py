@@ -160,7 +160,7 @@ class KafkaSourceTask(SourceTask):
         for topic, part in assignment:
             self._sp.setdefault(topic, {})[part] = {"topic": topic, "partition": part}
         self._sub = None  # the task's partitions on a shared consumer (consumer.shared)
-        self._shared = SHARED.get(self._conf) if cfg["consumer.shared"] else None
+        self._shared = SHARED.get(self._conf, assignment) if cfg["consumer.shared"] else None
         # shared: every call under the fetch lock (see connectors.kafka.shared)
         self._consumer = (self._shared.locked if self._shared is not None
                           else POOL.acquire("consumer", self._owner, self._conf))

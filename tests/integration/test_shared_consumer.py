@@ -136,3 +136,22 @@ def test_calls_beside_a_polling_task_do_not_wait_for_its_fetch_loop(kafka_pair, 
             stop.set()
             poller.join(10)
         assert busy.positions[(topic, 0)] == 10
+
+
+def test_two_connectors_reading_one_partition_get_a_consumer_each(kafka_pair, unique):
+    """A mirror and a monitor of one topic: the same partition through two shared consumers, each
+    task every record."""
+    topic = f"{unique}-twice"
+    with _one_topic(kafka_pair, topic, 500) as first_consumer:
+        src, _ = kafka_pair
+        shared = SharedConsumers()
+        try:
+            a = shared.get(_conf(src.bootstrap), [(topic, 0)])
+            b = shared.get(_conf(src.bootstrap), [(topic, 0)])  # reserved by a, not subscribed yet
+            assert a is not b
+            subs = [c.subscribe([TopicPartition(topic, 0, 0)], 100) for c in (a, b)]
+            assert [_read(s, 500) for s in subs] == [list(range(500))] * 2
+            assert shared.get(_conf(src.bootstrap), [(f"{topic}-other", 0)]) is a  # no overlap: shared
+        finally:
+            shared.close_all()
+        assert first_consumer.partitions() == set()
