@@ -155,3 +155,47 @@ def test_two_connectors_reading_one_partition_get_a_consumer_each(kafka_pair, un
         finally:
             shared.close_all()
         assert first_consumer.partitions() == set()
+
+
+def test_a_busy_source_task_leaves_the_shared_consumer_and_loses_nothing(kafka_pair, unique, caplog):
+    """Two Kafka source tasks of one process (an idle topic, a 20,000-record backlog): they start on one
+    shared consumer; the busy one takes more than OWN_CONSUMER_RATE records/s, moves to a consumer of its
+    own at the positions it took, and reads every record exactly once, in order."""
+    import logging
+
+    from connect.source import OffsetStorageReader, SourceTaskContext
+    from connectors.kafka.source import KafkaSourceConnector, KafkaSourceTask
+
+    src, _ = kafka_pair
+    busy_t, idle_t = f"{unique}-busy", f"{unique}-idle"
+    create_topic(src.bootstrap, busy_t, 1)
+    create_topic(src.bootstrap, idle_t, 1)
+    produce(src.bootstrap, busy_t, 20_000, 1)
+    caplog.set_level(logging.INFO, logger="connectors.kafka.source")
+    tasks = []
+    for topic in (idle_t, busy_t):
+        connector = KafkaSourceConnector()
+        connector.start({"bootstrap.servers": src.bootstrap, "topics": topic, "start.position": "earliest",
+                         "refresh.topics.interval.ms": "0"})
+        [config] = connector.task_configs(1)
+        connector.stop()
+        task = KafkaSourceTask()
+        task.context = SourceTaskContext(f"{topic}-0", config, OffsetStorageReader(None))
+        task.start(config, task.context)
+        tasks.append(task)
+    idle, busy = tasks
+    try:
+        assert idle._shared is busy._shared is not None  # one consumer for both
+        got: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 20_000 and time.monotonic() < deadline:
+            busy.context.deadline = idle.context.deadline = time.monotonic() + 0.5
+            assert not idle.poll()
+            for r in busy.poll() or []:
+                got.append(int(r.value.split(b"-")[1]))
+        assert got == list(range(20_000))  # nothing lost, nothing twice, in order across the move
+        assert busy._shared is None and busy._sub is None and idle._shared is not None
+        assert any("left the shared consumer" in r.getMessage() for r in caplog.records)
+    finally:
+        for task in tasks:
+            task.stop()
