@@ -15,6 +15,7 @@ reused; the pool makes new slots when it runs out.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 __all__ = ["DeliverySlots", "Slot"]
@@ -25,7 +26,7 @@ class Slot:
 
     __slots__ = ("pool", "outcome", "batch", "i", "put", "report")
 
-    def __init__(self, pool: list, outcome: Callable[[Any, int, Any, Any, Any], bool]):
+    def __init__(self, pool: list, outcome: Callable[[Any, int, Any, Any, Any], bool], inbox=None):
         self.pool = pool
         # (batch, i, put, err, msg) for a failure, or a success somebody follows; True: the outcome
         # is held (a transient failure counted down later), not counted now
@@ -33,7 +34,8 @@ class Slot:
         self.batch: Any = None
         self.i = 0
         self.put: Any = None
-        self.report = self._report
+        # a shared producer's report is queued to the task's inbox and handled in its thread
+        self.report = self._report if inbox is None else partial(inbox.arrive, self._report)
 
     def _report(self, err, msg) -> None:
         put = self.put
@@ -62,16 +64,18 @@ class DeliverySlots:
     """The pool of one producer's sink: ``take()`` a slot, fill ``batch``, ``i`` and ``put``, and
     produce with ``on_delivery=slot.report``; ``give_back(slot)`` if the produce did not happen."""
 
-    def __init__(self, outcome: Callable[[Any, int, Any, Any, Any], bool], follow_successes: bool = False):
+    def __init__(self, outcome: Callable[[Any, int, Any, Any, Any], bool], follow_successes: bool = False,
+                 inbox=None):
         self.free: list[Slot] = []
         self._outcome = outcome
         self._cls = FollowedSlot if follow_successes else Slot
+        self._inbox = inbox  # a shared producer's reports go through the task's inbox (connectors.kafka.producers)
 
     def take(self) -> Slot:
         try:
             return self.free.pop()
         except IndexError:
-            return self._cls(self.free, self._outcome)
+            return self._cls(self.free, self._outcome, self._inbox)
 
     def give_back(self, slot: Slot) -> None:
         slot.batch = slot.put = None

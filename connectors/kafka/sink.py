@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import operator
 import re
+import threading
 import time
 from collections import deque
 from functools import partial
@@ -61,12 +62,17 @@ from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connectors.kafka.clients import POOL, client_config
 from connectors.kafka.delivery import DeliverySlots
 from connectors.kafka.native import KIND
+from connectors.kafka.producers import PRODUCERS, Inbox
 from connectors.kafka.topics import TargetTopics
 
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 
 
 log = logging.getLogger(__name__)
+
+# A task putting more than this many records/s through a shared producer (over a quarter of a
+# second) gets a producer of its own: the shared one's report hand-over costs it per record.
+OWN_PRODUCER_RATE = 2000
 
 CONFIG = ROUTING_CONFIG.merge(
     ConfigDef()
@@ -78,6 +84,12 @@ CONFIG = ROUTING_CONFIG.merge(
     .define("topic.creation.partitions", Type.INT, -1,
             "Partitions of created topics; -1: highest source partition seen + 1.")
     .define("topic.creation.replication.factor", Type.INT, -1, "Replication factor of created topics; -1: broker default.")
+    .define("producer.shared", Type.BOOLEAN, True,
+            "Write through one producer per worker process and producer settings, shared by the sink tasks "
+            "the process hosts: one produce request per broker and linger for all of them instead of one per "
+            "task (see connectors.kafka.producers). A task with a delivery timeout, or putting more than "
+            f"{OWN_PRODUCER_RATE} records/s, keeps one of its own. false: a producer of the task's own, as "
+            "Kafka Connect does.")
     .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
     .define_prefix("producer.override.", "librdkafka settings for the producers only.")
     .define_prefix("admin.override.", "librdkafka settings for the admin client only.")
@@ -221,7 +233,14 @@ class KafkaSinkTask(SinkTask):
         self._puts: deque[_Put] = deque()  # puts whose records may lack an outcome, oldest first
         self._seq = 0  # put order
         self._held: list = []  # transient failures served, reported in put order when the producer is abandoned
-        self._producer = POOL.acquire("producer", self._owner, self._conf)
+        # A shared producer's reports come through the task's inbox (connectors.kafka.producers); a
+        # delivery timeout purges a producer, so a task with one keeps its own.
+        self._shared = PRODUCERS.acquire(self._conf) if cfg["producer.shared"] and not self._timeout else None
+        self._inbox = Inbox() if self._shared is not None else None
+        self._wrap = self._inbox.arrive if self._inbox is not None else None
+        self._rate_n, self._rate_since = 0, time.monotonic()
+        self._producer = self._shared.producer if self._shared is not None else \
+            POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
         self._topics = TargetTopics(self._admin, cfg, context.time_left)
@@ -250,8 +269,11 @@ class KafkaSinkTask(SinkTask):
             self.context.errant_record_reporter.report(
                 record, DeliveryError(f"{where} refused the record: {err.name()}: {err.str()}"))
             return False
-        if self._purging is not None and err.code() in _PURGED:
-            text = f"delivery to {where} {self._purging}; re-sent in order"
+        purging = self._purging or (self._shared.retired if self._shared is not None else None)
+        if purging is not None and err.code() in _PURGED:
+            text = f"delivery to {where} {purging}; re-sent in order"
+            if self._broken is None:
+                self._broken = purging
         else:
             text = f"delivery to {where} failed: {err.name()}: {err.str()}"
             if self._broken is None:
@@ -270,12 +292,18 @@ class KafkaSinkTask(SinkTask):
 
     # -- data -----------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
-        if self._broken is not None or (self._timeout and self._expired()):
+        lock = None
+        if self._shared is not None:
+            lock = self._enter_shared(len(records), {r.topic for r in records}, lambda t: self._target(t, records))
+        if self._must_abandon():
             # Earlier records fail now: this batch goes behind them, as a whole.
+            if lock is not None:
+                lock.release()
             why = self._abandon()
             self._report_transient(records, RetriableError(f"not sent: earlier records are re-sent first ({why})"))
             return
         produce = self._producer.produce
+        wrap = self._wrap
         targets = self._targets
         preserve = self._cfg["partition.preserve"]
         gen = self._gen
@@ -307,7 +335,9 @@ class KafkaSinkTask(SinkTask):
                 if headers is not None and headers.__class__ is not list:
                     headers = list(headers)
                 try:
-                    produce(topic, r.value, r.key, partition=part, on_delivery=partial(on_delivery, r, put, i),
+                    report = partial(on_delivery, r, put, i)
+                    produce(topic, r.value, r.key, partition=part,
+                            on_delivery=report if wrap is None else partial(wrap, report),
                             timestamp=r.timestamp or 0, headers=headers)
                     sent += 1
                 except BufferError:  # queue full: wait for room until the epoch's time is up
@@ -329,10 +359,12 @@ class KafkaSinkTask(SinkTask):
         finally:
             put.left += sent
             gen.left += sent
+            if lock is not None:
+                lock.release()
         if fail is not None:
             self._fail_rest(records[fail[0]:], fail[1])
             return
-        self._producer.poll(0)
+        self._serve_now()
         if self._broken is not None:  # a report just served: abandon now, the runner takes it after this put
             self._abandon()
 
@@ -340,7 +372,7 @@ class KafkaSinkTask(SinkTask):
         """Records that could not be handed to the producer: reported transient, in order, after
         every earlier record still without an outcome (the producer is abandoned for them, else
         one of those failing later would be re-sent behind these)."""
-        if self._broken is not None or self._expired():
+        if self._must_abandon() or self._expired():
             self._abandon()
         elif self._held or self._oldest() is not None:
             self._abandon(f"not confirmed: the producer was abandoned as later records could not be handed to it "
@@ -376,15 +408,24 @@ class KafkaSinkTask(SinkTask):
     def _produce_bound(self, topic: str, value, key, part: int, headers, r: ConnectRecord, put: _Put, i: int
                        ) -> None:
         """One produce off the hot path (``put`` inlines the same call), its report bound to ``r``, ``put``, ``i``."""
-        self._producer.produce(topic, value, key, partition=part, on_delivery=partial(self._on_delivery, r, put, i),
+        report = partial(self._on_delivery, r, put, i)
+        self._producer.produce(topic, value, key, partition=part,
+                               on_delivery=report if self._wrap is None else partial(self._wrap, report),
                                timestamp=r.timestamp or 0, headers=headers)
 
     def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, put: _Put, i: int) -> bool:
         """False at the epoch deadline, or when the producer must be abandoned meanwhile."""
         while True:
             left = self.context.time_left()
-            self._producer.poll(min(0.05, left))
-            if self._broken is not None or (self._timeout and self._expired()):
+            if self._shared is not None:  # room is made by the producer's thread: wait without its lock
+                self._shared.lock.release()
+                try:
+                    self._inbox.wait(min(0.05, left))
+                finally:
+                    self._shared.lock.acquire()
+            else:
+                self._producer.poll(min(0.05, left))
+            if self._must_abandon():
                 return False
             try:
                 self._produce_bound(topic, r.value, r.key, part, headers, r, put, i)
@@ -416,7 +457,15 @@ class KafkaSinkTask(SinkTask):
         stage set), timestamp and partition hint as ``put`` takes them from records; each report
         bound by a delivery slot (``connectors.kafka.delivery``) instead of a ``partial``; a record
         is built only for a message that fails or is not handed over."""
-        if self._broken is not None or (self._timeout and self._expired()):
+        lock = None
+        if self._shared is not None:
+            names = batch.topics
+            topics = {batch.topic} if names is None and batch.topic is not None else \
+                set(names) if names is not None else {m.topic() for m in batch.items}
+            lock = self._enter_shared(len(batch.items), topics, lambda t: self._native_target(t, batch))
+        if self._must_abandon():
+            if lock is not None:
+                lock.release()
             why = self._abandon()
             self._report_transient(batch.records(), RetriableError(f"not sent: earlier records are re-sent first "
                                                                    f"({why})"))
@@ -495,15 +544,18 @@ class KafkaSinkTask(SinkTask):
         finally:
             put.left += sent
             gen.left += sent
+            if lock is not None:
+                lock.release()
         if fail is not None:
             self._fail_rest(batch.records(fail[0]), fail[1])
             return
-        self._producer.poll(0)
+        self._serve_now()
         if self._broken is not None:  # a report just served: abandon now, the runner takes it after this put
             self._abandon()
 
     def _new_slots(self) -> DeliverySlots:
-        self._slots = DeliverySlots(self._on_native_outcome, follow_successes=self._positions is not None)
+        self._slots = DeliverySlots(self._on_native_outcome, follow_successes=self._positions is not None,
+                                    inbox=self._inbox)
         return self._slots
 
     def _on_native_outcome(self, batch: NativeBatch, i: int, put: _Put, err: KafkaError | None, msg) -> bool:
@@ -538,22 +590,85 @@ class KafkaSinkTask(SinkTask):
             raise RetriableError(f"producer failed: {exc}") from exc
 
     def wait_outcomes(self, timeout: float) -> None:
-        if self._broken is None and not (self._timeout and self._expired()):
-            self._serve(lambda: self._producer.poll(timeout))
-        if self._broken is not None or (self._timeout and self._expired()):
+        if not self._must_abandon():
+            if self._inbox is not None:
+                self._inbox.wait(timeout)
+            else:
+                self._serve(lambda: self._producer.poll(timeout))
+        if self._must_abandon():
             self._abandon()
 
     def flush(self, offsets) -> bool:
         """Wait for every acknowledgement, at most ``context.time_left()``; False if time ran out."""
         while True:
-            remaining = self._serve(lambda: self._producer.flush(min(self.context.time_left(), 0.5)))
-            if self._broken is not None or (self._timeout and self._expired()):
+            if self._inbox is not None:  # a shared producer: the task's own records
+                self._inbox.wait(min(self.context.time_left(), 0.5))
+                remaining = self._unsettled()
+            else:
+                remaining = self._serve(lambda: self._producer.flush(min(self.context.time_left(), 0.5)))
+            if self._must_abandon():
                 self._abandon()  # its records were reported transient: an outcome for each
                 return True
             if remaining == 0:
                 return True
             if self.context.time_left() <= 0:
                 return False
+
+    # -- the shared producer (connectors.kafka.producers) ----------------------------------------
+    def _enter_shared(self, n: int, topics, resolve) -> threading.Lock | None:
+        """Before a put of ``n`` records on a shared producer: count them (a busy task moves to a
+        producer of its own), resolve the put's target topics outside the lock (an admin request;
+        a RetriableError then means nothing of the batch was taken) and take the producer's lock,
+        which the put holds while it produces. None when the task now has a producer of its own."""
+        self._rate_n += n
+        now = time.monotonic()
+        if now - self._rate_since >= 0.25:
+            busy = self._rate_n / (now - self._rate_since) > OWN_PRODUCER_RATE
+            self._rate_n, self._rate_since = 0, now
+            if busy and self._own_producer():
+                return None
+        targets = self._targets
+        for topic in topics:
+            if topic not in targets:
+                resolve(topic)
+        lock = self._shared.lock
+        lock.acquire()
+        return lock
+
+    def _own_producer(self) -> bool:
+        """Leave the shared producer for one of the task's own, once every record put on the shared
+        one has its outcome (else a later record could land first); False if they did not come
+        within a second (tried again at the next rate check)."""
+        deadline = time.monotonic() + min(self.context.time_left(), 1.0)
+        while self._unsettled() and not self._must_abandon():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._inbox.wait(min(left, 0.05))
+        if self._must_abandon():
+            return False
+        shared, self._shared, self._inbox, self._wrap, self._slots = self._shared, None, None, None, None
+        PRODUCERS.release(shared)
+        self._producer = POOL.acquire("producer", self._owner, self._conf)
+        log.info("[%s] puts more than %d records/s: left the shared producer for one of its own",
+                 self._owner, OWN_PRODUCER_RATE)
+        return True
+
+    def _must_abandon(self) -> bool:
+        """A failure or fatal state of the producer, its retirement (shared), or a timed-out record."""
+        return self._broken is not None or (self._shared is not None and self._shared.retired is not None) or \
+            bool(self._timeout and self._expired())
+
+    def _serve_now(self) -> None:
+        """Serve the reports that have arrived, without waiting."""
+        if self._inbox is not None:
+            self._inbox.serve()
+        else:
+            self._producer.poll(0)
+
+    def _unsettled(self) -> int:
+        """Records put that have no outcome counted yet (held transient failures included)."""
+        return sum(p.left for p in self._puts)
 
     # -- delivery timeout and abandoned producers ----------------------------------------------
     def _oldest(self) -> _Put | None:
@@ -573,6 +688,8 @@ class KafkaSinkTask(SinkTask):
         or purged as transient in put order, and start a fresh producer (a purge does not reset
         the idempotence sequence numbers; a new producer does). The old one is never pooled.
         Returns why (the error text of its records)."""
+        if self._shared is not None:
+            return self._abandon_shared(why)
         if why is None:
             why = self._broken or (f"timed out after {self._timeout_ms} ms ({self._timeout_key}): the producer "
                                    "was abandoned")
@@ -594,6 +711,12 @@ class KafkaSinkTask(SinkTask):
             pass
         finally:
             self._purging = None
+        self._report_held(why, left)
+        self._producer = POOL.acquire("producer", f"{self._owner}-fresh", self._conf)
+        return why
+
+    def _report_held(self, why: str, left: int) -> None:
+        """After an abandonment: every held or purged record reported transient, in put order."""
         self._broken = None
         held, self._held = self._held, []
         held.sort(key=_PUT_ORDER)
@@ -607,7 +730,29 @@ class KafkaSinkTask(SinkTask):
             raise RetriesExhaustedError(f"producer abandoned ({why}) and {max(left, 0)} of its messages report no "
                                         "outcome; restarting the task")
         self._puts.clear()
-        self._producer = POOL.acquire("producer", f"{self._owner}-fresh", self._conf)
+
+    def _abandon_shared(self, why: str | None) -> str:
+        """``_abandon`` on a shared producer: retire it (every task's records on it are purged, each
+        task re-sends its own in order on a fresh one), wait for an outcome of each of this task's
+        records, report them in put order and take the fresh shared producer."""
+        shared = self._shared
+        why = why or self._broken or shared.retired or "not confirmed: the shared producer was abandoned"
+        self._tainted = True
+        if shared.retired is None:
+            log.warning("producer of %s: delivery %s; the shared producer is retired and every record without an "
+                        "outcome is re-sent in order by a fresh one", self._owner, why)
+        shared.retire(why)
+        self._purging = why
+        deadline = time.monotonic() + 10
+        try:
+            while self._unsettled() > len(self._held) and time.monotonic() < deadline:
+                self._inbox.wait(0.5)
+        finally:
+            self._purging = None
+        self._report_held(why, self._unsettled() - len(self._held))
+        PRODUCERS.release(shared)
+        self._shared = PRODUCERS.acquire(self._conf)
+        self._producer = self._shared.producer
         return why
 
     def stop(self) -> None:
@@ -616,6 +761,14 @@ class KafkaSinkTask(SinkTask):
             return
         self._producer = None
         POOL.release("admin", self._owner, self._admin_conf, self._admin)
+        shared = getattr(self, "_shared", None)
+        if shared is not None:  # its records' outcomes, for a second at most; the rest stays with the producer
+            self._shared = None
+            deadline = time.monotonic() + min(self.context.time_left(), 1.0)
+            while self._unsettled() and time.monotonic() < deadline:
+                self._inbox.wait(0.05)
+            PRODUCERS.release(shared)
+            return
         try:
             clean = producer.flush(min(self.context.time_left(), 1.0)) == 0 and not self._tainted and self._broken is None
         except (KafkaException, SystemError):

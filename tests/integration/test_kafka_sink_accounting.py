@@ -94,6 +94,7 @@ def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair
         gen = sink._gen
         put = _Put(0, gen)
         gen.left = put.left = 1  # as after one produce bound to this checkpoint
+        sink._puts.append(put)  # as put() registers it
         later = sink.checkpoint()
         sink._on_delivery(b, put, 0, timed_out, Msg())
         assert not later(), "a transient failure counts its checkpoint down once reported"
