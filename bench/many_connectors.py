@@ -17,9 +17,14 @@ target topic. Printed per N:
 With ``--busy-beside N``: one connector copying a backlog of ``--busy-records`` as fast as it
 goes, on a worker alone and then beside N idle connectors (msg/s of each, steady state).
 
+With ``--raw``, before each N: the same load through a raw consume->produce loop on the same
+brokers; with ``--floor``: the same load read straight from the source (no mirror at all), which
+is what the source broker and the clients alone allow.
+
 Usage: python bench/many_connectors.py [--connectors 8,24] [--slots N] [--rate 50] [--seconds 40]
-       [--drain 60] [--busy-beside N] [--set key=value ...]   (``--set``: worker settings, e.g. worker.task.slots=8;
-       ``--connector-set``: keys of every connector, e.g. epoch.max.ms=2000)
+       [--drain 60] [--raw] [--floor] [--busy-beside N] [--set key=value ...]
+       (``--set``: worker settings, e.g. worker.task.slots=8; ``--connector-set``: keys of every connector,
+       e.g. epoch.max.ms=2000)
 """
 
 from __future__ import annotations
@@ -287,6 +292,25 @@ def raw_run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args) -> dict:
             "cores": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1}}
 
 
+def floor_run(n: int, src: EmbeddedKafka, args) -> dict:
+    """The brokers' floor: the same paced load read straight from the source topics (no mirror at
+    all), so what the source broker and the clients alone add to latency at this load."""
+    topics = [f"floor{int(time.time())}-{n}-{i}" for i in range(n)]
+    create_topics(src.bootstrap, topics)
+    counts = multiprocessing.Value("q", 0)
+    producer = multiprocessing.Process(target=produce_paced, args=(src.bootstrap, topics, args.rate, args.seconds,
+                                                                   counts, args.producer_linger_ms))
+    producer.start()
+    lat = watch(src.bootstrap, topics, counts, [time.monotonic() + args.seconds + args.drain])
+    producer.join()
+    everything = [x for v in lat.values() for x in v]
+    return {"connectors": f"{n} topics, no mirror (source broker alone)", "slots": "-", "produced": counts.value,
+            "delivered": len(everything), "p50": pct(everything, 0.5), "p99": pct(everything, 0.99),
+            "max": max(everything, default=float("nan")),
+            "worst_p99": max(pct(v, 0.99) for v in lat.values()) if lat else float("nan"),
+            "rss_empty_mb": 0, "rss_idle_mb": 0, "rss_peak_mb": 0, "processes": 0, "created_s": 0, "cores": {}}
+
+
 def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dict:
     proc, base, cfg = start_worker(str(n), args, work)
     prefix = f"b{int(time.time())}-{n}"
@@ -379,6 +403,8 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="directory to keep the workers' logs in")
     ap.add_argument("--raw", action="store_true",
                     help="before each N, the same load through a raw consume->produce loop (the brokers' own latency)")
+    ap.add_argument("--floor", action="store_true",
+                    help="before each N, the same load read straight from the source (no mirror): the broker's floor")
     ap.add_argument("--set", action="append", default=[], help="worker setting key=value")
     ap.add_argument("--connector-set", action="append", default=[], help="connector key=value")
     ap.add_argument("--busy-beside", type=int, default=0, metavar="N",
@@ -395,6 +421,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as tmp, EmbeddedKafka() as src, EmbeddedKafka() as dst:
         rows = []
         for n in map(int, args.connectors.split(",")):
+            if args.floor:
+                rows.append(floor_run(n, src, args))
             if args.raw:
                 rows.append(raw_run(n, src, dst, args))
             rows.append(run(n, src, dst, args, Path(tmp)))
@@ -410,6 +438,8 @@ def main() -> None:
               f"{r['rss_empty_mb']:,.0f} / {r['rss_idle_mb']:,.0f} / {r['rss_peak_mb']:,.0f} MB ({r['processes']}) | "
               f"{r['created_s']:.0f} s |")
     for r in rows:
+        if not r["cores"]:
+            continue
         print(f"{r['connectors']} connectors, cores used while the records moved: "
               + ", ".join(f"{k} {v:.2f}" for k, v in r["cores"].items()))
 

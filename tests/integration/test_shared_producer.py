@@ -77,7 +77,7 @@ def test_sinks_share_a_producer_per_settings_and_each_gets_only_its_own_outcomes
         assert own._shared is None and timed._shared is None, "producer.shared=false / a delivery timeout: own producer"
         checkpoints = {}
         for step in range(4):  # interleaved puts, each sink's records in order
-            for s, topic in zip(sinks, topics):
+            for s, topic in zip(sinks, topics, strict=True):
                 s.put(_records(topic, step * 50, step * 50 + 50, big=60 if s is b else None))
                 checkpoints.setdefault(s.context.task_id, []).append(s.checkpoint())
         for s in sinks:
