@@ -28,6 +28,7 @@ How the sharing works:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -99,7 +100,7 @@ class SharedProducer:
         while not self._closed.is_set():
             try:
                 producer.poll(0.1)
-            except (KafkaException, SystemError, RuntimeError) as exc:  # the callbacks only queue: the client's
+            except Exception as exc:  # noqa: BLE001 - the callbacks only queue: this is the client's
                 self.retire(f"not confirmed: the shared producer failed ({exc})")
                 self._closed.wait(0.1)
             if self.users == 0 and self._registry._unused(self):
@@ -159,8 +160,8 @@ class SharedProducers:
             shared.users -= 1
             if shared.users == 0:
                 shared.idle_since = time.monotonic()
-        if shared.users == 0 and shared.retired is not None:
-            shared._closed.set()  # retired and unused: its thread flushes what is left and ends
+                if shared.retired is not None:
+                    shared._closed.set()  # retired and unused: its thread flushes what is left and ends
 
     def _forget(self, shared: SharedProducer) -> None:
         """A retired producer is never handed out again."""
@@ -185,3 +186,4 @@ class SharedProducers:
 
 
 PRODUCERS = SharedProducers()
+atexit.register(PRODUCERS.close_all)

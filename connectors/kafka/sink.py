@@ -293,7 +293,7 @@ class KafkaSinkTask(SinkTask):
     # -- data -----------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
         lock = None
-        if self._shared is not None:
+        if self._shared is not None and not self._must_abandon():
             lock = self._enter_shared(len(records), {r.topic for r in records}, lambda t: self._target(t, records))
         if self._must_abandon():
             # Earlier records fail now: this batch goes behind them, as a whole.
@@ -374,6 +374,8 @@ class KafkaSinkTask(SinkTask):
         one of those failing later would be re-sent behind these)."""
         if self._must_abandon() or self._expired():
             self._abandon()
+        elif self._shared is not None:
+            pass  # no delivery timeout: the earlier records are delivered before these are re-sent, in order
         elif self._held or self._oldest() is not None:
             self._abandon(f"not confirmed: the producer was abandoned as later records could not be handed to it "
                           f"({error})")
@@ -458,7 +460,7 @@ class KafkaSinkTask(SinkTask):
         bound by a delivery slot (``connectors.kafka.delivery``) instead of a ``partial``; a record
         is built only for a message that fails or is not handed over."""
         lock = None
-        if self._shared is not None:
+        if self._shared is not None and not self._must_abandon():
             names = batch.topics
             topics = {batch.topic} if names is None and batch.topic is not None else \
                 set(names) if names is not None else {m.topic() for m in batch.items}
@@ -647,9 +649,10 @@ class KafkaSinkTask(SinkTask):
             self._inbox.wait(min(left, 0.05))
         if self._must_abandon():
             return False
+        producer = POOL.acquire("producer", self._owner, self._conf)
         shared, self._shared, self._inbox, self._wrap, self._slots = self._shared, None, None, None, None
+        self._producer = producer
         PRODUCERS.release(shared)
-        self._producer = POOL.acquire("producer", self._owner, self._conf)
         log.info("[%s] puts more than %d records/s: left the shared producer for one of its own",
                  self._owner, OWN_PRODUCER_RATE)
         return True
@@ -668,6 +671,7 @@ class KafkaSinkTask(SinkTask):
 
     def _unsettled(self) -> int:
         """Records put that have no outcome counted yet (held transient failures included)."""
+        self._oldest()  # drops the settled puts in front
         return sum(p.left for p in self._puts)
 
     # -- delivery timeout and abandoned producers ----------------------------------------------
@@ -750,9 +754,9 @@ class KafkaSinkTask(SinkTask):
         finally:
             self._purging = None
         self._report_held(why, self._unsettled() - len(self._held))
+        fresh = PRODUCERS.acquire(self._conf)
+        self._shared, self._producer = fresh, fresh.producer
         PRODUCERS.release(shared)
-        self._shared = PRODUCERS.acquire(self._conf)
-        self._producer = self._shared.producer
         return why
 
     def stop(self) -> None:
@@ -762,12 +766,18 @@ class KafkaSinkTask(SinkTask):
         self._producer = None
         POOL.release("admin", self._owner, self._admin_conf, self._admin)
         shared = getattr(self, "_shared", None)
-        if shared is not None:  # its records' outcomes, for a second at most; the rest stays with the producer
+        if shared is not None:  # its records' outcomes, for a second at most
             self._shared = None
-            deadline = time.monotonic() + min(self.context.time_left(), 1.0)
-            while self._unsettled() and time.monotonic() < deadline:
-                self._inbox.wait(0.05)
-            PRODUCERS.release(shared)
+            try:
+                deadline = time.monotonic() + min(self.context.time_left(), 1.0)
+                while self._unsettled() > len(self._held) and time.monotonic() < deadline:
+                    self._inbox.wait(0.05)
+                if self._unsettled() > len(self._held):
+                    # Left queued (an outage), they could land after the copies a restarted task
+                    # sends from its committed offsets elsewhere: purged, as an own producer is.
+                    shared.retire(f"not confirmed: task {self._owner} stopped with records in flight")
+            finally:
+                PRODUCERS.release(shared)
             return
         try:
             clean = producer.flush(min(self.context.time_left(), 1.0)) == 0 and not self._tainted and self._broken is None
