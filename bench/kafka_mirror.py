@@ -121,11 +121,14 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a connector key for every framework run, e.g. sink.producer.shared=false")
     ap.add_argument("--offset-syncs", type=int, default=0, metavar="MAX_LAG",
                     help="instead: a replication flow with offset.syncs.topic (offset.syncs.max.lag=MAX_LAG) "
                          "against the same flow without it")
     args = ap.parse_args()
     records = args.records - args.records % PARTITIONS
+    extra = dict(kv.split("=", 1) for kv in args.set)
 
     with EmbeddedKafka() as a, EmbeddedKafka() as b:
         topic = "bench-source"
@@ -142,9 +145,9 @@ def main() -> None:
         for rnd in range(args.rounds):
             times["raw"].append(raw_cpu(a.bootstrap, b.bootstrap, topic, f"raw-{rnd}", records, cpu["raw"]))
             times["fw1"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw1-{rnd}", records, 1,
-                                                cpu["fw1"]))
+                                                cpu["fw1"], **extra))
             times["fw2"].append(framework_epoch(spark, a.bootstrap, b.bootstrap, topic, f"fw2-{rnd}", records, 2,
-                                                cpu["fw2"]))
+                                                cpu["fw2"], **extra))
             print(f"round {rnd + 1}: " + "  ".join(f"{k} {records / v[-1]:,.0f} msg/s" for k, v in times.items())
                   + f"  | 1 task/raw {times['raw'][-1] / times['fw1'][-1]:.2f}"
                   + f"  2 tasks/1 task {times['fw1'][-1] / times['fw2'][-1]:.2f}"

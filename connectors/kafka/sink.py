@@ -624,8 +624,10 @@ class KafkaSinkTask(SinkTask):
         which the put holds while it produces. None when the task now has a producer of its own."""
         self._rate_n += n
         now = time.monotonic()
-        if now - self._rate_since >= 0.25:
-            busy = self._rate_n / (now - self._rate_since) > OWN_PRODUCER_RATE
+        # busy: a quarter of a second's worth at the rate, put within a quarter of a second (a backlog
+        # shows at its first puts)
+        busy = self._rate_n > OWN_PRODUCER_RATE / 4
+        if busy or now - self._rate_since >= 0.25:
             self._rate_n, self._rate_since = 0, now
             if busy and self._own_producer():
                 return None

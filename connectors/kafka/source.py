@@ -243,8 +243,11 @@ class KafkaSourceTask(SourceTask):
             msgs = self._sub.take(self._batch, max(min(self._timeout, self.context.time_left()), 0))
             self._taken += len(msgs)
             now = time.monotonic()
-            if now - self._since >= 0.25:
-                if self._taken / (now - self._since) > OWN_CONSUMER_RATE:
+            # busy: a quarter of a second's worth at the rate, taken within a quarter of a second (a
+            # backlog shows at its first polls)
+            busy = self._taken > OWN_CONSUMER_RATE / 4
+            if busy or now - self._since >= 0.25:
+                if busy:
                     self._own_consumer()
                 self._taken, self._since = 0, now
             return msgs
