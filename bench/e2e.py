@@ -45,6 +45,7 @@ from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
 from worker.embedded import EmbeddedKafka  # noqa: E402
 
 PARTITIONS = 2
+EXTRA: dict[str, str] = {}  # connector keys of every `connect run` mirror (--set)
 WARMUP_S = 5.0
 
 
@@ -114,6 +115,7 @@ def start_mirror(kind: str, src: str, dst: str, topic: str, target: str, work: P
               "tasks.max": str(tasks)}
     if epoch_ms:
         config["epoch.max.ms"] = str(epoch_ms)
+    config.update(EXTRA)
     path = work / f"{target}.json"
     path.write_text(json.dumps({"name": target, "config": config}))
     return _spawn(["-m", "worker.cli", "run", str(path), "--data-dir", str(work / target),
@@ -297,8 +299,11 @@ def main() -> None:
     ap.add_argument("--epoch-ms", type=int, default=None, help="epoch.max.ms of the mirrors (default: the product's)")
     ap.add_argument("--cpu-rate", type=int, default=150_000, help="rate of the paced CPU rounds (msg/s)")
     ap.add_argument("--cpu-seconds", type=int, default=20)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a connector key of every `connect run` mirror, e.g. source.poll.batch.size=5000")
     ap.add_argument("--only", choices=["throughput", "latency", "cpu"])
     args = ap.parse_args()
+    EXTRA.update(kv.split("=", 1) for kv in args.set)
     records = args.records - args.records % PARTITIONS
     with EmbeddedKafka() as a, EmbeddedKafka() as b, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
