@@ -42,13 +42,14 @@ def parse_assignment(text: str, separator: str) -> list[tuple[str, int]]:
 
 
 def source_keys(*, partitions: str, time_kind: str, refresh_ms: int, refresh_why: str = "",
-                poll_batch: bool = True) -> ConfigDef:
+                poll_batch: bool = True, batch_size: int = 1000, batch_why: str = "") -> ConfigDef:
     """The keys every broker source declares alike, declared once (each source merges them into its
     ConfigDef): ``start.position`` / ``start.timestamp.ms``, ``poll.timeout.ms``,
     ``refresh.topics.interval.ms`` and (unless the broker batches by pull instead)
     ``poll.batch.size``. Names and defaults are the ones users rely on; ``refresh_ms`` differs per
-    broker, and ``refresh_why`` says why in its doc. ``partitions`` names the broker's unit
-    (partitions, queues); ``time_kind`` what ``timestamp`` compares (publish time, store time)."""
+    broker, and ``refresh_why`` says why in its doc (``batch_size`` and ``batch_why`` likewise).
+    ``partitions`` names the broker's unit (partitions, queues); ``time_kind`` what ``timestamp``
+    compares (publish time, store time)."""
     keys = (
         ConfigDef()
         .define("start.position", Type.STRING, "earliest",
@@ -57,7 +58,8 @@ def source_keys(*, partitions: str, time_kind: str, refresh_ms: int, refresh_why
         .define("start.timestamp.ms", Type.LONG, -1, f"With start.position=timestamp: epoch milliseconds of {time_kind}.")
     )
     if poll_batch:
-        keys.define("poll.batch.size", Type.INT, 1000, "Most records per poll.", validator=at_least(1))
+        keys.define("poll.batch.size", Type.INT, batch_size, "Most records per poll." + (f" {batch_why}" if batch_why else ""),
+                    validator=at_least(1))
     return (keys
             .define("poll.timeout.ms", Type.INT, 100, "Longest a poll waits for records.", validator=at_least(1))
             .define("refresh.topics.interval.ms", Type.INT, refresh_ms,

@@ -59,7 +59,11 @@ CONFIG = (
     .define("topics.exclude", Type.STRING, r"__.*|.*\.internal", "Regex of topics never read (full match).",
             validator=valid_regex)
     .merge(source_keys(partitions="partitions", time_kind="record timestamp", refresh_ms=10_000,
-                       refresh_why="a metadata request to one broker lists every topic and partition, cheaply."))
+                       refresh_why="a metadata request to one broker lists every topic and partition, cheaply.",
+                       batch_size=5000,
+                       batch_why="A poll returns what has been fetched at once, so a larger batch waits for "
+                                 "nothing; 5,000 (the raw loop's) spends 6% less CPU per record than 1,000 "
+                                 "(bench/e2e.py --only cpu) and its p99 at 20,000 msg/s was lower."))
     .define("consumer.shared", Type.BOOLEAN, True,
             "Read through one consumer per worker process and consumer settings, shared by the source "
             "tasks the process hosts: one fetch request per broker for all of them instead of one per task "
@@ -190,7 +194,8 @@ class KafkaSourceTask(SourceTask):
             tps.extend(self._offsets_for_times(by_time, cfg["start.timestamp.ms"]))
         self._assigned = [TopicPartition(t, p) for t, p in assignment]
         if self._shared is not None:
-            self._sub = self._shared.subscribe(tps, max(self._batch, 100))
+            # paused at this many records waiting for the task: at most 1,000 per idle task
+            self._sub = self._shared.subscribe(tps, max(min(self._batch, 1000), 100))
         else:
             self._consumer.assign(tps)
         # native batches (``connectors.kafka.native``) when the runner allows them
