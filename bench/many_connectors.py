@@ -283,13 +283,19 @@ def raw_run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args) -> dict:
     cpu1, elapsed = cpu_by_role(mirror.pid, src, dst), time.monotonic() - t0
     mirror.terminate()
     mirror.join()
+    return _row(f"{n} topics, raw loop", counts.value, lat, processes=1,
+                cores={k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1})
+
+
+def _row(what: str, produced: int, lat: dict[str, list[float]], processes: int, cores: dict) -> dict:
+    """A table row of a run without a worker (no RSS, nothing created)."""
     everything = [x for v in lat.values() for x in v]
-    return {"connectors": f"{n} topics, raw loop", "slots": "-", "produced": counts.value,
+    return {"connectors": what, "slots": "-", "produced": produced,
             "delivered": len(everything), "p50": pct(everything, 0.5), "p99": pct(everything, 0.99),
             "max": max(everything, default=float("nan")),
             "worst_p99": max(pct(v, 0.99) for v in lat.values()) if lat else float("nan"),
-            "rss_empty_mb": 0, "rss_idle_mb": 0, "rss_peak_mb": 0, "processes": 1, "created_s": 0,
-            "cores": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1}}
+            "rss_empty_mb": 0, "rss_idle_mb": 0, "rss_peak_mb": 0, "processes": processes, "created_s": 0,
+            "cores": cores}
 
 
 def floor_run(n: int, src: EmbeddedKafka, args) -> dict:
@@ -303,12 +309,7 @@ def floor_run(n: int, src: EmbeddedKafka, args) -> dict:
     producer.start()
     lat = watch(src.bootstrap, topics, counts, [time.monotonic() + args.seconds + args.drain])
     producer.join()
-    everything = [x for v in lat.values() for x in v]
-    return {"connectors": f"{n} topics, no mirror (source broker alone)", "slots": "-", "produced": counts.value,
-            "delivered": len(everything), "p50": pct(everything, 0.5), "p99": pct(everything, 0.99),
-            "max": max(everything, default=float("nan")),
-            "worst_p99": max(pct(v, 0.99) for v in lat.values()) if lat else float("nan"),
-            "rss_empty_mb": 0, "rss_idle_mb": 0, "rss_peak_mb": 0, "processes": 0, "created_s": 0, "cores": {}}
+    return _row(f"{n} topics, no mirror (source broker alone)", counts.value, lat, processes=0, cores={})
 
 
 def run(n: int, src: EmbeddedKafka, dst: EmbeddedKafka, args, work: Path) -> dict:

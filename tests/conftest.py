@@ -26,8 +26,10 @@ def kafka_pair(tmp_path_factory):
     b = EmbeddedKafka(log_path=logs / "b.log").start()
     yield a, b
     from connectors.kafka.clients import POOL
+    from connectors.kafka.producers import PRODUCERS
 
     POOL.close_all()  # clients pooled in this process (driver-side admins...) go before their brokers
+    PRODUCERS.close_all()
     a.stop()
     b.stop()
 

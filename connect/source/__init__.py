@@ -22,6 +22,7 @@ Guarantees the framework makes to a source task:
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -70,6 +71,10 @@ class SourceTaskContext:
         # Set by the runner before ``start``: ``poll`` may return a ``connect.batch.NativeBatch`` of the
         # source's ``native_kind`` (the pair's sink produces from it and no stage needs records).
         self.native_batches = False
+        # Set by the runner before each ``poll``: the most records it wants from that poll (what is left
+        # of the epoch's record budget and of max.in.flight.records). A source that batches by count
+        # returns at most this many; more only overshoots those bounds.
+        self.poll_limit = sys.maxsize
 
     def time_left(self) -> float:
         """Seconds the current call may still block (0 when the deadline has passed)."""

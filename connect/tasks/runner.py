@@ -382,6 +382,7 @@ class TaskPairRunner:
         retry, time_left = self._retry, self._time_left
         polled = self._polled
         halt = self._halt
+        source_ctx = getattr(self.source, "context", None)
         while stats.records < max_records:
             if halt.is_set():
                 return
@@ -408,6 +409,8 @@ class TaskPairRunner:
                 continue
             if self._put >= checkpoint_every:
                 self._commit_point(committed, handler, stats)
+            if source_ctx is not None:
+                source_ctx.poll_limit = min(max_records - stats.records, max_in_flight - self._in_flight - len(self._resend))
             batch = retry.call("source poll", self.source.poll, time_left)
             if not batch:
                 continue

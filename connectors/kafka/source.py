@@ -244,8 +244,9 @@ class KafkaSourceTask(SourceTask):
         Kafka consumer's ``poll`` (``max.poll.records`` is a most, not a quota): librdkafka's batch
         consume waits until it has the whole count or its timeout passed, which at 50 msg/s kept
         every record waiting for the timeout, and under a backlog made a larger batch cost latency."""
+        most = min(self._batch, self.context.poll_limit)  # the runner's budget left (epoch, in flight)
         if self._sub is not None:
-            msgs = self._sub.take(self._batch, max(min(self._timeout, self.context.time_left()), 0))
+            msgs = self._sub.take(most, max(min(self._timeout, self.context.time_left()), 0))
             self._taken += len(msgs)
             now = time.monotonic()
             # busy: a quarter of a second's worth at the rate, taken within a quarter of a second (a
@@ -257,15 +258,15 @@ class KafkaSourceTask(SourceTask):
                 self._taken, self._since = 0, now
             return msgs
         consume = self._consumer.consume
-        msgs = consume(self._batch, 0)
+        msgs = consume(most, 0)
         if msgs:
             return msgs
         wait = min(self._timeout, self.context.time_left())
         if wait <= 0:
             return msgs
         msgs = consume(1, wait)
-        if msgs and self._batch > 1:
-            msgs.extend(consume(self._batch - 1, 0))
+        if msgs and most > 1:
+            msgs.extend(consume(most - 1, 0))
         return msgs
 
     def _own_consumer(self) -> None:

@@ -33,6 +33,15 @@ def _sink(bootstrap: str, topic: str, name: str, **extra) -> KafkaSinkTask:
     return sink
 
 
+def _sinks_of_new_topics(bootstrap: str, *topics: str) -> list[tuple[str, KafkaSinkTask]]:
+    """(topic, a sink writing it) for each of ``topics``, created with one partition."""
+    out = []
+    for topic in topics:
+        create_topic(bootstrap, topic, 1)
+        out.append((topic, _sink(bootstrap, topic, topic)))
+    return out
+
+
 def _values(bootstrap: str, topic: str, n: int) -> list[bytes]:
     return [m.value() for m in consume_all(bootstrap, topic, [0], n)]
 
@@ -108,11 +117,7 @@ def test_an_abandoned_shared_producer_is_retired_and_every_task_re_sends_its_own
     it: both get every unconfirmed record back as transient, in put order; re-sent on the fresh
     shared producer, each target topic has all its records, first copies in order."""
     dst = frozen_target
-    ta, tb = f"ret-{unique}-a", f"ret-{unique}-b"
-    create_topic(dst.bootstrap, ta, 1)
-    create_topic(dst.bootstrap, tb, 1)
-    a = _sink(dst.bootstrap, ta, "ret-a")
-    b = _sink(dst.bootstrap, tb, "ret-b")
+    (ta, a), (tb, b) = _sinks_of_new_topics(dst.bootstrap, f"ret-{unique}-a", f"ret-{unique}-b")
     try:
         old = a._shared
         assert old is b._shared
@@ -155,11 +160,7 @@ def test_an_abandoned_shared_producer_is_retired_and_every_task_re_sends_its_own
 
 def test_a_busy_task_moves_to_a_producer_of_its_own_without_reordering(kafka_pair, unique):
     _, dst = kafka_pair
-    busy_topic, quiet_topic = f"busy-{unique}", f"quiet-{unique}"
-    create_topic(dst.bootstrap, busy_topic, 1)
-    create_topic(dst.bootstrap, quiet_topic, 1)
-    busy = _sink(dst.bootstrap, busy_topic, "busy-0")
-    quiet = _sink(dst.bootstrap, quiet_topic, "quiet-0")
+    (busy_topic, busy), (quiet_topic, quiet) = _sinks_of_new_topics(dst.bootstrap, f"busy-{unique}", f"quiet-{unique}")
     try:
         assert busy._shared is quiet._shared is not None
         busy.put(_records(busy_topic, 0, 2000))
