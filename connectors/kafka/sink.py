@@ -372,7 +372,7 @@ class KafkaSinkTask(SinkTask):
         """Records that could not be handed to the producer: reported transient, in order, after
         every earlier record still without an outcome (the producer is abandoned for them, else
         one of those failing later would be re-sent behind these)."""
-        if self._must_abandon() or self._expired():
+        if self._must_abandon():
             self._abandon()
         elif self._shared is not None:
             pass  # no delivery timeout: the earlier records are delivered before these are re-sent, in order
@@ -643,13 +643,7 @@ class KafkaSinkTask(SinkTask):
         """Leave the shared producer for one of the task's own, once every record put on the shared
         one has its outcome (else a later record could land first); False if they did not come
         within a second (tried again at the next rate check)."""
-        deadline = time.monotonic() + min(self.context.time_left(), 1.0)
-        while self._unsettled() and not self._must_abandon():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self._inbox.wait(min(left, 0.05))
-        if self._must_abandon():
+        if not self._settle(min(self.context.time_left(), 1.0), until_abandon=True) or self._must_abandon():
             return False
         producer = POOL.acquire("producer", self._owner, self._conf)
         shared, self._shared, self._inbox, self._wrap, self._slots = self._shared, None, None, None, None
@@ -670,6 +664,18 @@ class KafkaSinkTask(SinkTask):
             self._inbox.serve()
         else:
             self._producer.poll(0)
+
+    def _settle(self, seconds: float, until_abandon: bool = False) -> bool:
+        """Shared producer: handle this task's reports until each of its records has an outcome (held
+        transient failures count as one), at most ``seconds``, or (``until_abandon``) until the
+        producer must be abandoned; True when every record has one."""
+        deadline = time.monotonic() + seconds
+        while self._unsettled() > len(self._held):
+            left = deadline - time.monotonic()
+            if left <= 0 or (until_abandon and self._must_abandon()):
+                return False
+            self._inbox.wait(min(left, 0.05))
+        return True
 
     def _unsettled(self) -> int:
         """Records put that have no outcome counted yet (held transient failures included)."""
@@ -749,10 +755,8 @@ class KafkaSinkTask(SinkTask):
                         "outcome is re-sent in order by a fresh one", self._owner, why)
         shared.retire(why)
         self._purging = why
-        deadline = time.monotonic() + 10
         try:
-            while self._unsettled() > len(self._held) and time.monotonic() < deadline:
-                self._inbox.wait(0.5)
+            self._settle(10)
         finally:
             self._purging = None
         self._report_held(why, self._unsettled() - len(self._held))
@@ -771,10 +775,7 @@ class KafkaSinkTask(SinkTask):
         if shared is not None:  # its records' outcomes, for a second at most
             self._shared = None
             try:
-                deadline = time.monotonic() + min(self.context.time_left(), 1.0)
-                while self._unsettled() > len(self._held) and time.monotonic() < deadline:
-                    self._inbox.wait(0.05)
-                if self._unsettled() > len(self._held):
+                if not self._settle(min(self.context.time_left(), 1.0)):
                     # Left queued (an outage), they could land after the copies a restarted task
                     # sends from its committed offsets elsewhere: purged, as an own producer is.
                     shared.retire(f"not confirmed: task {self._owner} stopped with records in flight")

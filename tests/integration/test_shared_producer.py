@@ -4,7 +4,6 @@ every task and each re-sends its own records in order, a busy task moves to a pr
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -63,10 +62,6 @@ def _distinct(bootstrap: str, topic: str, n: int, timeout: float = 60.0) -> list
 def _first_copies(values: list[bytes]) -> list[bytes]:
     seen: set[bytes] = set()
     return [v for v in values if not (v in seen or seen.add(v))]
-
-
-def _shared_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name == "kafka-shared-producer")
 
 
 def test_sinks_share_a_producer_per_settings_and_each_gets_only_its_own_outcomes(kafka_pair, unique):
