@@ -34,15 +34,19 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, *, start: i
     assert not errors, errors[:3]
 
 
-def consume_all(bootstrap: str, topic: str, partitions: Iterable[int], expected: int, timeout: float = 60.0):
+def consume_all(bootstrap: str, topic: str, partitions: Iterable[int], expected: int, timeout: float = 60.0,
+                ident=None):
     """Read every partition from the beginning until ``expected`` records arrived and 1 s of silence.
 
-    Counting by consuming, not by watermarks: tansu's high watermark is wrong.
+    Counting by consuming, not by watermarks: tansu's high watermark is wrong. With ``ident`` (a
+    function of a message) distinct identities are counted: after a crash the replayed duplicates
+    would otherwise reach the count while the tail is still being copied.
     """
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
                   "enable.partition.eof": False})
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
     out = []
+    seen: set = set()
     deadline = time.monotonic() + timeout
     quiet_since = None
     try:
@@ -51,9 +55,11 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int], expected:
             for m in msgs:
                 assert m.error() is None, m.error()
                 out.append(m)
+                if ident is not None:
+                    seen.add(ident(m))
             if msgs:
                 quiet_since = None
-            elif len(out) >= expected:
+            elif (len(seen) if ident is not None else len(out)) >= expected:
                 quiet_since = quiet_since or time.monotonic()
                 if time.monotonic() - quiet_since > 1.0:
                     break

@@ -102,7 +102,7 @@ def test_kill_9_mid_stream_then_restart_loses_nothing(kafka_pair, tmp_path, uniq
     assert code == 0, log
     assert "finishing the epoch, flushing and committing" in log
 
-    mirrored = consume_all(dst.bootstrap, f"c.{topic}", range(parts), n)
+    mirrored = consume_all(dst.bootstrap, f"c.{topic}", range(parts), n, ident=lambda m: m.value())
     values = [m.value() for m in mirrored]
     assert set(values) == {f"value-{i}".encode() for i in range(n)}  # 0 lost
     duplicates = len(values) - n

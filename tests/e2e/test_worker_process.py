@@ -131,7 +131,7 @@ def test_worker_killed_9_restarts_every_connector_in_its_target_state_and_loses_
         assert sorted(httpx.get(f"{url}/connectors", timeout=10).json()) == sorted([running, paused])
         _wait_state(url, running, "RUNNING")
         _wait_state(url, paused, "PAUSED")
-        got = consume_all(dst.bootstrap, f"w.{running}", range(2), n, timeout=120)
+        got = consume_all(dst.bootstrap, f"w.{running}", range(2), n, timeout=120, ident=lambda m: m.value())
         values = {m.value() for m in got}
         assert len(values) == n, f"{n - len(values)} records lost"
         # Replayed: what was in flight plus one epoch per pair, twice - at the kill, and at the
@@ -141,7 +141,7 @@ def test_worker_killed_9_restarts_every_connector_in_its_target_state_and_loses_
         assert consume_all(dst.bootstrap, f"w.{paused}", range(2), 0, timeout=3) == []
         resumed = _cli(url, "resume", paused)
         assert resumed.returncode == 0, resumed.stderr
-        got = consume_all(dst.bootstrap, f"w.{paused}", range(2), n, timeout=120)
+        got = consume_all(dst.bootstrap, f"w.{paused}", range(2), n, timeout=120, ident=lambda m: m.value())
         assert len({m.value() for m in got}) == n
         status = _cli(url, "status", running)
         assert status.returncode == 0 and "RUNNING" in status.stdout
