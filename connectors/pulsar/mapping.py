@@ -38,6 +38,21 @@ def _text(value: Any) -> tuple[str, bool]:
 
 def message_fields(key: Any, headers) -> tuple[str | None, dict[str, str], bytes | None]:
     """(partition key, properties, ordering key) of a record's key and headers."""
+    # The common case at C speed: a bytes key (or none) and headers whose values are all UTF-8
+    # bytes, no ordering key; anything else takes the general path below.
+    try:
+        properties = {name: value.decode() for name, value in headers} if headers else {}
+        if ORDERING_KEY_HEADER not in properties:
+            if key is None:
+                return None, properties, None
+            if key.__class__ is bytes:
+                return key.decode(), properties, None
+    except (AttributeError, UnicodeDecodeError):  # a None or str value, text that is not UTF-8
+        pass
+    return _fields(key, headers)
+
+
+def _fields(key: Any, headers) -> tuple[str | None, dict[str, str], bytes | None]:
     properties: dict[str, str] = {}
     ordering = None
     partition_key = None

@@ -44,11 +44,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import operator
 import threading
 import time
 from collections import deque
-from typing import Any, Mapping, Sequence
+from itertools import repeat
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from confluent_kafka import Message
+
+from connect.batch import NativeBatch
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, DeliveryError, RetriableError
@@ -56,6 +61,7 @@ from connect.records import ConnectRecord, ValueSchema
 from connect.sink import QueuedOutcomes, SinkTask
 from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
 from connect.sink.routing import ROUTING_CONFIG
+from connectors.kafka.native import KIND as KAFKA_KIND
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
 from connectors.pulsar.mapping import message_fields
 from connectors.pulsar.names import PULSAR_NAMES
@@ -65,6 +71,12 @@ from connectors.pulsar.source import partition_topic, split_partition
 __all__ = ["PulsarSinkConnector", "PulsarSinkTask"]
 
 log = logging.getLogger(__name__)
+
+# What ``_send`` reads of a record, and of a consumed Kafka message (at C speed over a batch).
+_RECORD_FIELDS = operator.attrgetter("topic", "partition", "value_schema", "key", "headers", "value", "timestamp")
+_TOPIC, _PARTITION, _KEY, _HEADERS, _VALUE, _TIMESTAMP = (
+    Message.topic, Message.partition, Message.key, Message.headers, Message.value, Message.timestamp)
+_TIME = operator.itemgetter(1)  # Message.timestamp() is (type, milliseconds)
 
 CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
     ConfigDef()
@@ -280,62 +292,98 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
 
     # -- data -------------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
+        self._send(map(_RECORD_FIELDS, records), records.__getitem__, lambda i: records[i:], len(records))
+
+    # Kafka's native batches (``connectors.kafka.native``): a Kafka -> Pulsar pair sends straight
+    # from the consumed messages, without a record per message.
+    native_kinds = frozenset({KAFKA_KIND})
+
+    def put_native(self, batch: NativeBatch) -> None:
+        """``put`` for a batch of consumed Kafka messages: the same fields as ``put`` takes from a
+        record (topic or a stage's overlay, partition, key, headers or a stage's overlay, value,
+        timestamp), read from the messages at C speed; a record is built only for a message that
+        fails, is refused or is not sent."""
+        items = batch.items
+        topics = batch.topics if batch.topics is not None else \
+            repeat(batch.topic) if batch.topic is not None else map(_TOPIC, items)
+        headers = batch.headers if batch.headers is not None else map(_HEADERS, items)
+        fields = zip(topics, map(_PARTITION, items), repeat(None), map(_KEY, items), headers, map(_VALUE, items),
+                     map(_TIME, map(_TIMESTAMP, items)))
+        self._send(fields, batch.record, batch.records, len(items))
+
+    def _send(self, fields: Iterator[tuple], record_at: Callable[[int], ConnectRecord],
+              rest: Callable[[int], Sequence[ConnectRecord]], count: int) -> None:
+        """Send ``count`` messages, each from its ``fields`` (source topic, partition hint, value
+        schema, key, headers, value, timestamp); ``record_at(i)``: the record of message ``i``
+        (built only when a failure must name it), ``rest(i)``: the records from ``i`` on."""
         abandons = self._abandons
         self._serve()
         self._check_timeouts()
         if self._abandons != abandons:  # earlier records fail now: this batch goes behind them, as a whole
-            self._report_transient(records, RetriableError("not sent: earlier records are re-sent first (a producer "
+            self._report_transient(rest(0), RetriableError("not sent: earlier records are re-sent first (a producer "
                                                            "was abandoned)"))
             return
         gen = self._gen
         outcomes = self._outcomes
         arrived = self._arrived
+        ready = arrived.is_set
         timed = self._timeout_ms > 0
+        declared = self._declared
+        by_partition = self._mode == "partition"
+        reporter = self.context.errant_record_reporter
         now = time.monotonic()
         sent = 0
+        last = None  # (source topic, partition hint, schema) of the previous message, and its producer
         try:
-            for i, r in enumerate(records):
+            for i, (source_topic, part, schema, key, headers, value, ts) in enumerate(fields):
                 if self._pending >= self._max_pending:
                     room = self._wait_for_room(self._max_pending)
                     if self._abandons != abandons:
-                        self._report_transient(records[i:], RetriableError(
+                        self._report_transient(rest(i), RetriableError(
                             "not sent: earlier records are re-sent first (a producer was abandoned)"))
                         break
                     if not room:
-                        self._report_transient(records[i:], RetriableError(
+                        self._report_transient(rest(i), RetriableError(
                             f"{self._pending} sends without an outcome (max.pending.messages) until the epoch "
-                            f"deadline; {len(records) - i} record(s) not sent yet"))
+                            f"deadline; {count - i} record(s) not sent yet"))
                         break
                     now = time.monotonic()
-                try:
-                    topic, partitions = self._target(r.topic)
-                    if self._mode == "partition" and partitions and r.partition is not None and r.partition < partitions:
-                        topic = partition_topic(topic, r.partition)
-                    state = self._producer(topic, r.value_schema or self._declared)
-                except RetriableError as exc:  # target unreachable: this record and the rest wait, in order
-                    self._report_transient(records[i:], exc)
-                    break
-                except IllegalTopicName as exc:  # no Pulsar will take it: permanent, with the fix in the message
-                    self.context.errant_record_reporter.report(r, exc)
-                    continue
-                if self._abandons != abandons:  # (a schema change waited for outcomes)
-                    self._report_transient(records[i:], RetriableError(
-                        "not sent: earlier records are re-sent first (a producer was abandoned)"))
-                    break
-                key, properties, ordering = message_fields(r.key, r.headers)
-                value = r.value
+                schema = schema or declared
+                if last is not None and last[0] == source_topic and last[1] == part and last[2] is schema:
+                    state = last[3]  # routed as the previous message (no producer was abandoned meanwhile)
+                else:
+                    try:
+                        topic, partitions = self._target(source_topic)
+                        if by_partition and partitions and part is not None and part < partitions:
+                            topic = partition_topic(topic, part)
+                        state = self._producer(topic, schema)
+                    except RetriableError as exc:  # target unreachable: this record and the rest wait, in order
+                        self._report_transient(rest(i), exc)
+                        break
+                    except IllegalTopicName as exc:  # no Pulsar will take it: permanent, with the fix in the message
+                        reporter.report(record_at(i), exc)
+                        last = None
+                        continue
+                    if self._abandons != abandons:  # (a schema change waited for outcomes)
+                        self._report_transient(rest(i), RetriableError(
+                            "not sent: earlier records are re-sent first (a producer was abandoned)"))
+                        break
+                    last = (source_topic, part, schema, state)
+                key, properties, ordering = message_fields(key, headers)
                 if value is not None and value.__class__ is not bytes:
                     try:
                         value = bytes(value)
                     except TypeError:
-                        self.context.errant_record_reporter.report(r, DeliveryError(
+                        r = record_at(i)
+                        reporter.report(r, DeliveryError(
                             f"record {r.position()} has a {type(value).__name__} value: Pulsar payloads are bytes "
                             "(set the sink's value.converter)"))
                         continue
 
-                def done(res, mid, r=r, gen=gen, state=state):
-                    outcomes.append((r, gen, res, mid, state))
-                    arrived.set()
+                def done(res, mid, i=i, gen=gen, state=state):
+                    outcomes.append((record_at, i, gen, res, mid, state))
+                    if not ready():  # set already: the task's thread has not served the queue since
+                        arrived.set()
 
                 try:
                     # pulsar-client's public send_async: a None value is Pulsar's null value (a
@@ -343,9 +391,9 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                     # key (it sets only a non-empty partition key).
                     state.producer.send_async(value, done, properties=properties or None, partition_key=key,
                                               ordering_key=ordering.decode("utf-8", "replace") if ordering is not None
-                                              else None, event_timestamp=r.timestamp or None)
+                                              else None, event_timestamp=ts or None)
                 except Exception as exc:  # noqa: BLE001 - refused before sending
-                    self._refused(records, i, exc)
+                    self._refused(record_at(i), rest, i, exc)
                     break
                 sent += 1
                 self._pending += 1
@@ -355,14 +403,14 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         finally:
             gen.left += sent
 
-    def _refused(self, records: Sequence[ConnectRecord], i: int, exc: Exception) -> None:
-        r = records[i]
+    def _refused(self, r: ConnectRecord, rest: Callable[[int], Sequence[ConnectRecord]], i: int,
+                 exc: Exception) -> None:
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, (self._pulsar.MessageTooBig, TypeError, ValueError)):
             self.context.errant_record_reporter.report(r, DeliveryError(f"record {r.position()} refused: {text}"))
-            self._report_transient(records[i + 1:], RetriableError("sent after a refused record"))
+            self._report_transient(rest(i + 1), RetriableError("sent after a refused record"))
         else:
-            self._report_transient(records[i:], RetriableError(f"record {r.position()} not sent: {text}"))
+            self._report_transient(rest(i), RetriableError(f"record {r.position()} not sent: {text}"))
 
     def _serve(self) -> int:
         served = self._serve_queued()
@@ -379,11 +427,12 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         served = 0
         positions = self.context.positions
         while outcomes:
-            r, gen, res, mid, state = outcomes.popleft()
+            record_at, i, gen, res, mid, state = outcomes.popleft()
             state.left -= 1
             if state.sent_at:
                 state.sent_at.popleft()  # a producer's outcomes come in its send order
             if res != ok:
+                r = record_at(i)
                 if state.abandoned is not None and res not in permanent:
                     self.context.errant_record_reporter.report(r, RetriableError(
                         f"record {r.position()} {state.abandoned}; re-sent in order"))
@@ -392,7 +441,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                     if res not in permanent:
                         self._failing.append(state)
             elif positions is not None:  # offset syncs: where it landed
-                self._ack_position(positions, r, mid, state.topic)
+                self._ack_position(positions, record_at(i), mid, state.topic)
             gen.left -= 1
             served += 1
         self._pending -= served
