@@ -246,8 +246,11 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         batches: dict[tuple[int, int], list] = {}  # (target id, queue index) -> [target, index, records, messages, bytes]
         order: list[tuple[int, int]] = []
         report = self.context.errant_record_reporter.report
+        tag, most, most_bytes = self._tag, self._batch, self._batch_bytes
+        room = self._max_pending - self._pending  # records this put may still batch before it waits
+        source_topic, target = None, None  # the previous record's topic and its target
         for i, r in enumerate(records):
-            if self._pending + sum(len(b[2]) for b in batches.values()) >= self._max_pending:
+            if room <= 0:
                 self._send_all(batches, order)
                 batches, order = {}, []
                 if not self._wait_for_room(self._max_pending):
@@ -255,15 +258,20 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                         f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
                         f"{len(records) - i} record(s) not sent yet"))
                     return
-            try:
-                target = self._target(r.topic)
-            except RetriableError as exc:  # the target cannot be looked up: this record and the rest wait, in order
-                self._send_all(batches, order)
-                self._report_transient(records[i:], exc)
-                return
-            except IllegalTopicName as exc:  # no RocketMQ will take it: permanent, with the fix in the message
-                report(r, exc)
-                continue
+                room = self._max_pending - self._pending
+                source_topic = None  # outcomes were served: a failure may have dropped a target's route
+            if r.topic != source_topic:
+                try:
+                    target = self._target(r.topic)
+                except RetriableError as exc:  # the target cannot be looked up: this record and the rest wait, in order
+                    self._send_all(batches, order)
+                    self._report_transient(records[i:], exc)
+                    return
+                except IllegalTopicName as exc:  # no RocketMQ will take it: permanent, with the fix in the message
+                    report(r, exc)
+                    source_topic = None
+                    continue
+                source_topic = r.topic
             value = r.value
             if value is not None and value.__class__ is not bytes:
                 try:
@@ -277,11 +285,11 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 report(r, DeliveryError(f"record {r.position()}: a body of {len(body)} bytes is larger than "
                                         f"RocketMQ's {MAX_MESSAGE_SIZE}"))
                 continue
-            props = message_properties(r.key, value, r.headers, self._tag)
+            props = message_properties(r.key, value, r.headers, tag)
             index = self._queue_index(target, r)
             slot = (id(target), index)
             batch = batches.get(slot)
-            if batch is not None and (len(batch[2]) >= self._batch or batch[4] + len(body) > self._batch_bytes):
+            if batch is not None and (len(batch[2]) >= most or batch[4] + len(body) > most_bytes):
                 self._send(batch)
                 del batches[slot]
                 batch = None
@@ -291,6 +299,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             batch[2].append(r)
             batch[3].append((body, props, r.timestamp))
             batch[4] += len(body)
+            room -= 1
         self._send_all(batches, order)
 
     def _send_all(self, batches: dict, order: list) -> None:
