@@ -340,19 +340,12 @@ class KafkaSinkTask(SinkTask):
                             on_delivery=report if wrap is None else partial(wrap, report),
                             timestamp=r.timestamp or 0, headers=headers)
                     sent += 1
-                except BufferError:  # queue full: wait for room until the epoch's time is up
-                    put.left += sent
+                except (BufferError, KafkaException, TypeError, ValueError) as exc:
+                    put.left += sent  # counted before a wait for room serves their reports
                     gen.left += sent
                     sent = 0
-                    if not self._produce_when_room(topic, r, part, headers, put, i):
-                        fail = (i, RetriableError(
-                            f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
-                            f"{len(records) - i} record(s) not sent yet"))
-                        break
-                    sent += 1
-                except (KafkaException, TypeError, ValueError) as exc:
                     try:
-                        sent += self._produce_odd(topic, r, part, headers, exc, put, i)
+                        sent = self._produce_refused(topic, r, part, headers, exc, put, i, len(records))
                     except RetriableError as again:
                         fail = (i, again)
                         break
@@ -380,6 +373,19 @@ class KafkaSinkTask(SinkTask):
             self._abandon(f"not confirmed: the producer was abandoned as later records could not be handed to it "
                           f"({error})")
         self._report_transient(rest, error)
+
+    def _produce_refused(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, put: _Put, i: int,
+                         total: int) -> bool:
+        """Record ``i`` of the ``total`` of a put, whose produce raised ``exc``: a full queue is
+        waited on until the epoch's time is up, any other refusal takes the rare paths
+        (``_produce_odd``). True if the record was handed to the producer after all; raises
+        RetriableError when it and the rest of the put wait, in order."""
+        if not isinstance(exc, BufferError):
+            return self._produce_odd(topic, r, part, headers, exc, put, i)
+        if not self._produce_when_room(topic, r, part, headers, put, i):
+            raise RetriableError(f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                                 f"{total - i} record(s) not sent yet")
+        return True
 
     def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, put: _Put, i: int
                      ) -> bool:
@@ -525,21 +531,13 @@ class KafkaSinkTask(SinkTask):
                     produce(topic, m.value(), m.key(), partition=part, on_delivery=slot.report,
                             timestamp=m.timestamp()[1], headers=headers)
                     sent += 1
-                except BufferError:  # queue full: wait for room until the epoch's time is up
+                except (BufferError, KafkaException, TypeError, ValueError) as exc:
                     slots.give_back(slot)
-                    put.left += sent
+                    put.left += sent  # counted before a wait for room serves their reports
                     gen.left += sent
                     sent = 0
-                    if not self._produce_when_room(topic, batch.record(i), part, headers, put, i):
-                        fail = (i, RetriableError(
-                            f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
-                            f"{len(items) - i} record(s) not sent yet"))
-                        break
-                    sent += 1
-                except (KafkaException, TypeError, ValueError) as exc:
-                    slots.give_back(slot)
                     try:
-                        sent += self._produce_odd(topic, batch.record(i), part, headers, exc, put, i)
+                        sent = self._produce_refused(topic, batch.record(i), part, headers, exc, put, i, len(items))
                     except RetriableError as again:
                         fail = (i, again)
                         break

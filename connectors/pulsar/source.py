@@ -351,21 +351,24 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
             time.sleep(min(self._timeout_ms / 1000, self.context.time_left()))
             return []
         out: list[ConnectRecord] = []
+        most = min(self._batch, self.context.poll_limit)  # the runner's budget left (epoch, in flight)
+        if most <= 0:
+            return out
         for entry in readers:
             if entry.held is not None:  # its schema lookup failed: ask again before reading on (raises while out is empty)
                 self._schemas.fetch(entry.topic, entry.held.int_schema_version())
-        budget = self._batch
+        budget = most
         wait_ms = max(int(min(self._timeout_ms / 1000, self.context.time_left()) * 1000), 0)
         # Round robin over the partitions: take what each has buffered; wait only when none had any.
         for turn in range(len(readers)):
             entry = readers[(self._next + turn) % len(readers)]
             self._read_guarded(entry, max(budget // (len(readers) - turn), 1), 0, out)
-            budget = self._batch - len(out)
+            budget = most - len(out)
             if budget <= 0:
                 break
         self._next = (self._next + 1) % len(readers)
         if not out and wait_ms > 0:
-            self._read_guarded(readers[self._next], self._batch, wait_ms, out)
+            self._read_guarded(readers[self._next], most, wait_ms, out)
         return out
 
     def _take(self, entry: _Partition, m, pos: tuple, out: list) -> bool:

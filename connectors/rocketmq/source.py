@@ -23,8 +23,10 @@ offset with this project's client.
   so a restart never resolves it again.
 - Every queue has one pull in flight (pipelined across queues, prefetching across polls; the broker
   holds a pull on a queue with nothing new up to ``pull.suspend.ms``, RocketMQ's long polling). A
-  queue whose offset the broker reports as moved (retention deleted what was next) continues at the
-  broker's offset and the skip is logged with its size.
+  poll returns at most ``context.poll_limit`` records; what a pull brought beyond it is kept on its
+  queue and returned first, and the queue is pulled again once it is gone. A queue whose offset the
+  broker reports as moved (retention deleted what was next) continues at the broker's offset and the
+  skip is logged with its size.
 - Tags are filtered by the broker (hash codes) and again here by the tag itself, as RocketMQ's
   clients do. Records carry what :mod:`connectors.rocketmq.mapping` says.
 """
@@ -189,7 +191,7 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
 
 
 class _Queue:
-    __slots__ = ("sp", "key", "topic", "broker", "queue", "tags", "filter", "next", "pull", "retry_at", "top")
+    __slots__ = ("sp", "key", "topic", "broker", "queue", "tags", "filter", "next", "pull", "retry_at", "top", "left")
 
     def __init__(self, topic: str, broker: str, queue: int, tags: str) -> None:
         self.sp = {"topic": topic, "broker": broker, "queue": queue}
@@ -201,6 +203,11 @@ class _Queue:
         self.pull: concurrent.futures.Future | None = None
         self.retry_at = 0.0
         self.top = 0  # the queue's max offset, as the last pull saw it
+        self.left: list[ConnectRecord] = []  # records a pull brought beyond a poll's limit, returned first
+
+    def position(self) -> int:
+        """The offset of the next record to return (what the lag counts from)."""
+        return self.left[0].source_offset["offset"] if self.left else self.next
 
 
 class RocketMQSourceTask(SourceTask):
@@ -275,22 +282,43 @@ class RocketMQSourceTask(SourceTask):
             suspend_timeout=self._cfg["pull.suspend.ms"] / 1000, subscription=q.tags, broker_name=q.broker))
 
     def poll(self) -> Sequence[ConnectRecord]:
+        """What the pulls brought, at most ``context.poll_limit`` records (the runner's budget left:
+        epoch, in flight); a pull's records beyond it are kept on its queue and returned first, and
+        the queue is pulled again only once they are gone."""
+        out: list[ConnectRecord] = []
+        most = self.context.poll_limit
+        if most <= 0:
+            return out
         now = time.monotonic()
         for q in self._queues:
-            if q.pull is None and q.retry_at <= now:
+            if q.left:
+                self._give(q, out, most)
+            elif q.pull is None and q.retry_at <= now:
                 self._issue(q)
-        pending = [q.pull for q in self._queues if q.pull is not None]
-        if not pending:
-            time.sleep(min(self._timeout_ms / 1000, self.context.time_left()))
-            return []
-        wait = min(self._timeout_ms / 1000, self.context.time_left())
-        concurrent.futures.wait(pending, timeout=wait, return_when=concurrent.futures.FIRST_COMPLETED)
-        out: list[ConnectRecord] = []
+        if not out:  # nothing kept: wait for a pull
+            pending = [q.pull for q in self._queues if q.pull is not None]
+            if not pending:
+                time.sleep(min(self._timeout_ms / 1000, self.context.time_left()))
+                return []
+            wait = min(self._timeout_ms / 1000, self.context.time_left())
+            concurrent.futures.wait(pending, timeout=wait, return_when=concurrent.futures.FIRST_COMPLETED)
         for q in self._queues:
+            if len(out) >= most:
+                break
             if q.pull is not None and q.pull.done():
                 fut, q.pull = q.pull, None
                 self._take(q, fut, out)
+                if len(out) > most:
+                    q.left = out[most:]
+                    del out[most:]
         return out
+
+    @staticmethod
+    def _give(q: _Queue, out: list, most: int) -> None:
+        room = most - len(out)
+        if room > 0:
+            out.extend(q.left[:room])
+            del q.left[:room]
 
     def _take(self, q: _Queue, fut: concurrent.futures.Future, out: list) -> None:
         where = f"{q.topic}[{q.broker}:{q.queue}]"
@@ -324,10 +352,10 @@ class RocketMQSourceTask(SourceTask):
         q.next = result.next_begin_offset
 
     def lag(self) -> int | None:
-        return sum(max(q.top - q.next, 0) for q in self._queues)
+        return sum(max(q.top - q.position(), 0) for q in self._queues)
 
     def lag_by_partition(self) -> dict[str, int]:
-        return {key: max(q.top - q.next, 0) for key, q in self._by_key.items()}
+        return {key: max(q.top - q.position(), 0) for key, q in self._by_key.items()}
 
     # -- progress on the source broker ----------------------------------------------------------------
     def offsets_committed(self, offsets: Mapping[str, Mapping[str, Any]]) -> None:
@@ -355,6 +383,7 @@ class RocketMQSourceTask(SourceTask):
             if q.pull is not None:
                 q.pull.cancel()
                 q.pull = None
+            q.left = []
         if getattr(self, "_client", None) is not None:
             CLIENTS.release(self._settings)
             self._client = None

@@ -1,6 +1,7 @@
 """Kafka -> Kafka on the batch-native path (``connect.batch``, ``connectors.kafka.native``) over two
 tansu brokers: a failed delivery names its own record, one bad record goes alone to the dead-letter
-topic with exact offsets, and the native path writes what the record path writes."""
+topic with exact offsets, the native path writes what the record path writes, and both wait for
+room in a full producer queue until the deadline, then report what is left transient."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
 from connectors.kafka import KafkaSinkConnector, KafkaSinkTask, KafkaSourceTask
 from connectors.kafka.native import KafkaCodec
+from worker.embedded import EmbeddedKafka
 
 BIG = ("pad", b"p" * 3000)  # over the sink's message.max.bytes (2000) below, not over the DLQ's
 
@@ -235,3 +237,50 @@ def test_a_native_put_after_the_delivery_timeout_abandons_the_producer_and_repor
     for p in (0, 1):
         values = [int(m.value().decode().split("-")[1]) for m in got if m.partition() == p]
         assert first_copies_out_of_order(values) == 0 and set(values) == set(range(p, 1200, 2))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_full_producer_queue_is_waited_for_and_what_does_not_fit_by_the_deadline_is_transient(kafka_pair, unique,
+                                                                                                 native):
+    """queue.buffering.max.messages=5, on the native path and the record path alike: a put of 300
+    waits for room again and again and delivers them all, in order; with the target frozen, what
+    does not fit by the deadline is reported transient, each saying how many were not sent."""
+    src, _ = kafka_pair
+    topic, target, n, late = f"full-{unique}", f"full-{unique}-out", 300, 20
+    create_topic(src.bootstrap, topic, 1)
+    _fill(src.bootstrap, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), None, 1_700_000_000_000 + i)
+                                 for i in range(n + late)])
+    msgs = _consume(src.bootstrap, topic, 1, n + late)
+    codec = KafkaCodec({topic: {0: {"topic": topic, "partition": 0}}})
+    first, then = codec.batch(msgs[:n]), codec.batch(msgs[n:])
+    with EmbeddedKafka() as dst:
+        create_topic(dst.bootstrap, target, 1)
+        config = {"bootstrap.servers": dst.bootstrap, "topic": target,
+                  "producer.override.queue.buffering.max.messages": "5"}
+        sink = KafkaSinkTask()
+        sink.context = SinkTaskContext("full-0", config)
+        sink.start(config, sink.context)
+        reporter = sink.context.errant_record_reporter
+        try:
+            sink.context.deadline = time.monotonic() + 30
+            sink.put_native(first) if native else sink.put(first.records())
+            assert sink.flush({}) is True
+            assert reporter.take() == []
+            dst.freeze()
+            try:
+                sink.context.deadline = time.monotonic() + 1
+                sink.put_native(then) if native else sink.put(then.records())
+                failed = reporter.take()
+            finally:
+                dst.thaw()
+            sink.context.deadline = time.monotonic() + 30
+            assert sink.flush({}) is True
+            assert reporter.take() == []
+        finally:
+            sink.stop()
+        assert [r.source_offset["offset"] for r, _ in failed] == list(range(n + 5, n + late))  # 5 fit in the queue
+        assert {str(e) for _, e in failed} == {f"producer queue full (queue.buffering.max.messages) until the epoch "
+                                               f"deadline; {late - 5} record(s) not sent yet"}
+        assert all(isinstance(e, RetriableError) for _, e in failed)
+        got = consume_all(dst.bootstrap, target, [0], n + 5)
+        assert [m.value() for m in got] == [f"v{i}".encode() for i in range(n + 5)]
