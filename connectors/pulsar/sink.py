@@ -11,6 +11,9 @@
   ``single`` writes every record of a topic to one partition.
 - Records map onto messages as :mod:`connectors.pulsar.mapping` says: key -> partition key,
   headers -> properties (the source-origin chain among them), timestamp -> event time.
+- From a Kafka source, native batches (``connect.batch``): ``put_native`` sends from the consumed
+  messages with the same fields and bookkeeping as ``put``, a record built only for a message that
+  fails or is not sent.
 - Every ``send_async`` gets a callback bound to its record and to the checkpoint it was put after
   (an asynchronous sink, see :mod:`connect.sink`). Callbacks run on the client's IO thread and only
   append to a queue; ``wait_outcomes`` serves that queue on the task's thread: failures are
