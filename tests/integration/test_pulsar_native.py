@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 
 import attrs
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
+from kafka_util import consume_all as kafka_consume_all
 from kafka_util import create_topic
 from pipeline_util import first_copies_out_of_order
 from pulsar_util import consume_all
@@ -36,14 +37,7 @@ def _fill(bootstrap: str, topic: str, rows: list[tuple]) -> None:
 
 
 def _messages(bootstrap: str, topic: str, parts: int, n: int) -> list:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "native", "enable.auto.commit": False,
-                  "fetch.message.max.bytes": 10_000_000})
-    c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
-    msgs: list = []
-    deadline = time.monotonic() + 30
-    while len(msgs) < n and time.monotonic() < deadline:
-        msgs.extend(m for m in c.consume(1000, 0.5) if m.error() is None)
-    c.close()
+    msgs = kafka_consume_all(bootstrap, topic, range(parts), n)
     assert len(msgs) == n
     return msgs
 
