@@ -5,9 +5,10 @@ offsets and byte counts, and hands the records on. When nothing between the sour
 needs a record object (no transform, no non-identity converter, no ``commit_record``, no offset
 syncs; the replication stages read and write headers only), a source may return a
 :class:`NativeBatch` from ``poll`` instead and a sink that reads that kind (its ``native_kinds``: the
-Kafka and the Pulsar sinks read Kafka's) produces straight from the client's messages. The runner says when the path allows it: ``SourceTaskContext.native_batches``
-is True (framework key ``native.batches``, default true) only if the source's ``native_kind`` is
-one of the sink's ``native_kinds`` and the pair's stages need no records.
+Kafka and the Pulsar sinks read Kafka's) produces straight from the client's messages. The runner
+says when the path allows it: ``SourceTaskContext.native_batches`` is True (framework key
+``native.batches``, default true) only if the source's ``native_kind`` is one of the sink's
+``native_kinds`` and the pair's stages need no records.
 
 What the runner needs per batch comes from the source, cheaply:
 
