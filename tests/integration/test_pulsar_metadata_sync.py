@@ -165,8 +165,10 @@ def test_pulsar_metadata_sync_converges_over_the_wire(pulsar_pair, admins, spark
         joiner = make_driver(spark, tmp_path / "c", apply_pipeline(f"{unique}-apply-C", brokers["A"], topic, c, "C",
                                                                    start="latest"))
         drivers.append(joiner)
-        wait_for(lambda: ns(c).get("retention_policies") == retention(240, 30) and stamp_of(ns(c)) == later, 40,
-                 "C converged", drivers)
+        # Converged = the whole snapshot applied: its events apply one by one, so acme/orders can be in
+        # C a moment before public/default (a CI run read C between the two).
+        wait_for(lambda: ns(c).get("retention_policies") == retention(240, 30) and stamp_of(ns(c)) == later
+                 and "public/default" in c.snapshot()[1], 40, "C converged", drivers)
         tenants_c, namespaces_c = c.snapshot()
         assert set(tenants_c) == {"acme", "public"} and set(namespaces_c) == {"acme/orders", "public/default"}
         assert namespaces_c["acme/orders"]["message_ttl_in_seconds"] == 60
