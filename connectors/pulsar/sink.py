@@ -323,8 +323,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         self._serve()
         self._check_timeouts()
         if self._abandons != abandons:  # earlier records fail now: this batch goes behind them, as a whole
-            self._report_transient(rest(0), RetriableError("not sent: earlier records are re-sent first (a producer "
-                                                           "was abandoned)"))
+            self._behind_abandoned(rest(0))
             return
         gen = self._gen
         outcomes = self._outcomes
@@ -342,8 +341,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                 if self._pending >= self._max_pending:
                     room = self._wait_for_room(self._max_pending)
                     if self._abandons != abandons:
-                        self._report_transient(rest(i), RetriableError(
-                            "not sent: earlier records are re-sent first (a producer was abandoned)"))
+                        self._behind_abandoned(rest(i))
                         break
                     if not room:
                         self._report_transient(rest(i), RetriableError(
@@ -368,8 +366,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                         last = None
                         continue
                     if self._abandons != abandons:  # (a schema change waited for outcomes)
-                        self._report_transient(rest(i), RetriableError(
-                            "not sent: earlier records are re-sent first (a producer was abandoned)"))
+                        self._behind_abandoned(rest(i))
                         break
                     last = (source_topic, part, schema, state)
                 key, properties, ordering = message_fields(key, headers)
@@ -405,6 +402,12 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                     state.sent_at.append(now)
         finally:
             gen.left += sent
+
+    def _behind_abandoned(self, records: Sequence[ConnectRecord]) -> None:
+        """``records`` were not sent because a producer was abandoned meanwhile: they go behind the
+        abandoned producer's records, which are re-sent first."""
+        self._report_transient(records, RetriableError("not sent: earlier records are re-sent first (a producer was "
+                                                       "abandoned)"))
 
     def _refused(self, r: ConnectRecord, rest: Callable[[int], Sequence[ConnectRecord]], i: int,
                  exc: Exception) -> None:
