@@ -1,8 +1,8 @@
 """Kafka config connector: MirrorMaker 2's topic, config and ACL sync as metadata change events.
 
 ``kafka-metadata`` *source* (:class:`KafkaMetadataSourceConnector`): every ``poll.interval.ms`` one
-task describes the cluster - topics matched by ``topics`` / ``topics.regex`` (less
-``topics.exclude``), their partition counts and configs, and (``sync.acls.enabled``) the literal
+task describes the cluster - topics named in ``topics``, or matched by ``topics.regex`` less
+``topics.exclude``, their partition counts and configs, and (``sync.acls.enabled``) the literal
 TOPIC ACLs of those topics - and emits a :class:`~connectors.replicator.metadata.MetadataChangeEvent`
 per change (``diff_events``); every ``snapshot.interval.ms``, and at start, it emits every resource
 (PIP-136's snapshot sync). Events are records of the topic ``topic`` (key ``<resource>/<name>``,
@@ -123,8 +123,8 @@ SOURCE_CONFIG = _common().merge(
     ConfigDef()
     .define("topics", Type.LIST, [], "Topics to watch (comma-separated); or use topics.regex.", importance=Importance.HIGH)
     .define("topics.regex", Type.STRING, "", "Regex of topics to watch (full match).", validator=valid_regex)
-    .define("topics.exclude", Type.STRING, r"__.*|.*\.internal", "Regex of topics never watched (full match).",
-            validator=valid_regex)
+    .define("topics.exclude", Type.STRING, r"__.*|.*\.internal", "Regex of topics topics.regex never picks (full "
+            "match); a topic named in topics is watched as named.", validator=valid_regex)
     .define("use.defaults.from", Type.STRING, "target",
             "Configs at their default value: target (not copied, MM2's default) or source (copied too).",
             validator=one_of("target", "source"))
@@ -307,10 +307,10 @@ class KafkaMetadataSourceTask(SourceTask):
         self._counts = {"events": 0, "snapshots": 0, "topics": 0, "acls": 0}
 
     def _matches(self, topic: str) -> bool:
+        if self._cfg["topics"]:  # named on purpose: watched whatever topics.exclude says (as the Kafka source)
+            return topic in self._cfg["topics"]
         if re.fullmatch(self._cfg["topics.exclude"], topic):
             return False
-        if self._cfg["topics"]:
-            return topic in self._cfg["topics"]
         return bool(self._cfg["topics.regex"]) and re.fullmatch(self._cfg["topics.regex"], topic) is not None
 
     def poll(self) -> Sequence[ConnectRecord]:

@@ -56,8 +56,8 @@ CONFIG = (
     .define("topics", Type.LIST, [], "Topics to read (comma-separated); or use topics.regex.",
             importance=Importance.HIGH)
     .define("topics.regex", Type.STRING, "", "Regex of topics to read (full match).", validator=valid_regex)
-    .define("topics.exclude", Type.STRING, r"__.*|.*\.internal", "Regex of topics never read (full match).",
-            validator=valid_regex)
+    .define("topics.exclude", Type.STRING, r"__.*|.*\.internal", "Regex of topics topics.regex never picks (full "
+            "match); a topic named in topics is read as named.", validator=valid_regex)
     .merge(source_keys(partitions="partitions", time_kind="record timestamp", refresh_ms=10_000,
                        refresh_why="a metadata request to one broker lists every topic and partition, cheaply.",
                        batch_size=5000,
@@ -104,8 +104,7 @@ class KafkaSourceConnector(PartitionedSourceConnector):
         if CONFIG.validate(config):
             return None
         cfg = CONFIG.parse(config)
-        # what it reads: a named topic that topics.exclude matches is never read
-        return [t for t in cfg["topics"] if not re.fullmatch(cfg["topics.exclude"], t)] or None
+        return list(cfg["topics"]) or None  # read as named: topics.exclude filters topics.regex only
 
     def start(self, config: Mapping[str, Any]) -> None:
         super().start(config)
@@ -114,10 +113,13 @@ class KafkaSourceConnector(PartitionedSourceConnector):
         self._start_watching(self._cfg["refresh.topics.interval.ms"])
 
     def _matches(self, topic: str) -> bool:
-        if re.fullmatch(self._cfg["topics.exclude"], topic):
-            return False
+        # A named topic is read whatever topics.exclude says: the exclusion keeps internal topics
+        # out of what a regex picks up, it must not drop a topic named on purpose (the README's
+        # offset-syncs topic, "offset-syncs.A.internal", was never read by the checkpoint connector).
         if self._cfg["topics"]:
             return topic in self._cfg["topics"]
+        if re.fullmatch(self._cfg["topics.exclude"], topic):
+            return False
         return re.fullmatch(self._cfg["topics.regex"], topic) is not None
 
     def _list_partitions(self) -> list[tuple[str, int]]:
