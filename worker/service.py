@@ -343,12 +343,18 @@ def serve(config: WorkerConfig) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+    from worker.watchdog import HealthWatchdog
+
     worker = Worker(config)
+    watchdog = None
     try:
         worker.start()
         print(f"worker ready: REST API on port {worker.port}", flush=True)
+        watchdog = HealthWatchdog(worker.address.url).start()  # systemd's Type=notify and WatchdogSec
         stop.wait()
     finally:
+        if watchdog is not None:
+            watchdog.close()
         worker.close()
     return 0
 
