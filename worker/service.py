@@ -73,7 +73,7 @@ WORKER_CONFIG = (
             "name besides the installed entry points and built-ins; nothing else is ever imported because a config "
             "names it. Empty: none.", validator=_plugin_targets)
     .define("rest.docs.enabled", Type.BOOLEAN, False, "Serve the API's browsable documentation at /docs (Swagger UI "
-            "from the installed swagger-ui-bundle package, pip install 'connect-bridge[docs]'); /openapi.json is "
+            "from the installed swagger-ui-bundle-v2 package, pip install 'connect-bridge[docs]'); /openapi.json is "
             "always served.")
     .define("data.dir", Type.STRING, "data", "Where the embedded stores (SQLite) live; locked by this worker.")
     .define("replicators.keystore.root", Type.STRING, "", "Where replicator onboarding (PIP-18) has the authPlugin "

@@ -6,10 +6,11 @@ whose price is a megabyte of third-party script running on the origin where the 
 operator's token. FastAPI's own ``/docs`` (and ``/redoc``) would load that script from a CDN, with no
 version pin and no integrity check; it is never served.
 
-On, Swagger UI comes from an installed distribution (``swagger-ui-bundle``, the ``docs`` extra), a
-version pinned by the installer and served from this origin under the same security headers as
-every answer (``worker.api.headers``): no inline script (the start-up script is a file of its own),
-nothing loaded from elsewhere. Only the three files the page needs are served.
+On, Swagger UI comes from an installed distribution (``swagger-ui-bundle-v2``, the ``docs`` extra:
+Swagger UI 5, which reads OpenAPI 3.1), a version pinned by the installer and served from this
+origin under the same security headers as every answer (``worker.api.headers``): no inline script
+(the start-up script is a file of its own), nothing loaded from elsewhere. Only the three files the
+page needs are served.
 """
 
 from __future__ import annotations
@@ -33,14 +34,15 @@ _PAGE = (b'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>c
 
 
 def swagger_ui_files() -> dict[str, bytes]:
-    """The Swagger UI files the page uses, read from the installed ``swagger-ui-bundle``; ConfigError
-    naming ``rest.docs.enabled`` and the install command when it is not installed."""
+    """The Swagger UI files the page uses, read from the installed ``swagger-ui-bundle-v2`` (module
+    ``swagger_ui_bundle``); ConfigError naming ``rest.docs.enabled`` and the install command when it is
+    not installed."""
     try:
         root = resources.files("swagger_ui_bundle") / "vendor"
-        versions = sorted(p for p in root.iterdir() if p.name.startswith("swagger-ui-"))
+        versions = sorted((p for p in root.iterdir() if p.name.startswith("swagger-ui-")), key=lambda p: p.name)
         return {name: (versions[-1] / name).read_bytes() for name in _TYPES}
     except (ImportError, OSError, IndexError):
-        raise ConfigError([ConfigIssue("rest.docs.enabled", None, "needs Swagger UI from the swagger-ui-bundle "
+        raise ConfigError([ConfigIssue("rest.docs.enabled", None, "needs Swagger UI from the swagger-ui-bundle-v2 "
                                        "package: pip install 'connect-bridge[docs]' (or set it to false)")]) from None
 
 
