@@ -13,8 +13,8 @@ from typing import List
 import typer
 
 from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
-from connect.errors import ConfigError, ConnectError
-from connect.plugins import list_plugins, resolve_connector
+from connect.errors import ConfigError, ConnectError, PluginError
+from connect.plugins import allow_plugin_classes, list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.api.restcli import app as connectors_app
@@ -29,6 +29,8 @@ _POLICY_HELP = ("Client config override policy: default refuses client settings 
                 "outside --client-allowed-paths; all accepts every setting (KIP-458's All).")
 _PATHS_HELP = "Directories (comma list) where client settings naming files (*.location, *.file) may point."
 _KEYS_HELP = "Client settings refused by default that are allowed anyway (comma list, e.g. debug)."
+_CLASSES_HELP = ("Connector classes (module:Class, comma list) the files may name besides the installed entry points "
+                 "and built-ins (the worker setting plugin.classes); nothing else is imported because a file names it.")
 
 
 def _client_policy(policy: str, allowed_paths: str, allowed_keys: str) -> ClientConfigPolicy:
@@ -38,8 +40,12 @@ def _client_policy(policy: str, allowed_paths: str, allowed_keys: str) -> Client
         raise typer.BadParameter(str(exc), param_hint="--client-config-policy") from None
 
 
-def _load_all(configs: List[Path], policy: ClientConfigPolicy = DEFAULT_POLICY
+def _load_all(configs: List[Path], policy: ClientConfigPolicy = DEFAULT_POLICY, plugin_classes: str = ""
               ) -> tuple[list[PipelineConfig], list[ConfigError]]:
+    try:
+        allow_plugin_classes(plugin_classes)
+    except PluginError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--plugin-classes") from None
     loaded, errors = [], []
     for path in configs:
         try:
@@ -78,6 +84,7 @@ def run(
     client_config_policy: str = typer.Option("default", envvar="CONNECT_CLIENT_CONFIG_POLICY", help=_POLICY_HELP),
     client_allowed_paths: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_PATHS", help=_PATHS_HELP),
     client_allowed_keys: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_KEYS", help=_KEYS_HELP),
+    plugin_classes: str = typer.Option("", "--plugin-classes", envvar="CONNECT_PLUGIN_CLASSES", help=_CLASSES_HELP),
 ) -> None:
     """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair.
 
@@ -85,7 +92,7 @@ def run(
     logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     pipelines, errors = _load_all(configs, _client_policy(client_config_policy, client_allowed_paths,
-                                                          client_allowed_keys))
+                                                          client_allowed_keys), plugin_classes)
     if errors:
         for exc in errors:
             typer.echo(str(exc), err=True)
@@ -198,10 +205,11 @@ def validate(
     client_config_policy: str = typer.Option("default", envvar="CONNECT_CLIENT_CONFIG_POLICY", help=_POLICY_HELP),
     client_allowed_paths: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_PATHS", help=_PATHS_HELP),
     client_allowed_keys: str = typer.Option("", envvar="CONNECT_CLIENT_ALLOWED_KEYS", help=_KEYS_HELP),
+    plugin_classes: str = typer.Option("", "--plugin-classes", envvar="CONNECT_PLUGIN_CLASSES", help=_CLASSES_HELP),
 ) -> None:
     """Print every configuration error of every file; exit 1 if there is any."""
     pipelines, errors = _load_all(configs, _client_policy(client_config_policy, client_allowed_paths,
-                                                          client_allowed_keys))
+                                                          client_allowed_keys), plugin_classes)
     for p in pipelines:
         typer.echo(f"{p.name}: OK ({p.source_class.__name__} -> {p.sink_class.__name__}, "
                    f"tasks.max={p.settings.tasks_max})")

@@ -38,12 +38,12 @@ import orjson
 
 from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
 from connect.connector import ConnectorContext
-from connect.errors import ConfigError, ConfigIssue, ConnectError
-from connect.providers import mask_config, parse_references
+from connect.errors import ConfigError, ConnectError
+from connect.providers import mask_config
 from connect.records import partition_key
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
-from worker.pipeline import PipelineConfig, check_connector_name, parse_pipeline
+from worker.pipeline import PipelineConfig, check_connector_name, hide_provided, parse_pipeline
 from worker.replication.topology import flow_of, topologies, with_topology, withdrawal, withholds
 from worker.runtime.control import ControlServer
 from worker.runtime.driver import Executor, PipelineRuntime, close_executor, connector_turn, unwanted_pairs, wait_out_bridges
@@ -216,10 +216,7 @@ class Herder:
         try:
             pipeline = parse_pipeline({"name": name, "config": resolved}, client_policy=self.client_policy)
         except ConfigError as exc:
-            hidden = {k for k, v in config.items()
-                      if k in provided or is_secret_name(k) or (isinstance(v, str) and parse_references(v))}
-            redact = Redactor([*secret_values, *(resolved[k] for k in hidden if resolved.get(k))]).redact
-            raise ConfigError([_shown_issue(i, path, hidden, redact) for i in exc.issues]) from None
+            raise ConfigError(hide_provided(exc.issues, config, resolved, provided, secret_values, path)) from None
         return pipeline
 
     # -- connector operations --------------------------------------------------------------------
@@ -756,25 +753,6 @@ def _strings(config: Any, path: str) -> dict[str, str]:
             raise BadRequest(f'{path}["{key}"]: must be a string, number or boolean, not '
                              f"{'null' if value is None else type(value).__name__}")
     return out
-
-
-def _shown_issue(issue: ConfigIssue, path: str, hidden: set[str], redact: Callable[[str], str]) -> ConfigIssue:
-    """A validation issue fit for an answer: its JSON path and rule; its value only when the key
-    neither holds a reference nor a secret."""
-    key = issue.key
-    if key.startswith('$.config["') and key.endswith('"]'):
-        key = key[len('$.config["'):-2]
-    value = issue.value
-    if value is not None and (key in hidden or not isinstance(value, str) or redact(value) != value):
-        value = None
-    return ConfigIssue(_json_path(issue.key, path), value, redact(issue.message))
-
-
-def _json_path(key: str, base: str) -> str:
-    """A config issue's key as a JSON path into the request body."""
-    if key.startswith("$"):
-        return key.replace("$.config", base, 1) if base != "$.config" else key
-    return f'{base}["{key}"]'
 
 
 def _offset_changes(body: Any) -> dict[str, dict[str, Any] | None]:

@@ -39,7 +39,7 @@ from connect.connector import SinkConnector, SourceConnector
 from connect.converters import CONVERTERS
 from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
-from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences
+from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences, parse_references
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.sink.side import side_output_config, side_output_issues, writes_side_outputs
 from connect.tasks.stages import target_routes
@@ -49,7 +49,7 @@ from connect.transforms.topics import routed_issues
 from worker.settings import FRAMEWORK_CONFIG, FrameworkSettings
 
 __all__ = ["PIPELINE_CONFIG", "SIDE_CONFIG", "PipelineConfig", "parse_pipeline", "load_pipeline_file",
-           "resolve_env_references", "check_connector_name"]
+           "resolve_env_references", "check_connector_name", "hide_provided"]
 
 PIPELINE_CONFIG = FRAMEWORK_CONFIG
 """The framework's own keys: generated from the typed settings (``worker.settings``), declared there once."""
@@ -314,6 +314,37 @@ def resolve_env_references(document: Any, environ: Mapping[str, str] | None = No
     return {**document, "config": resolved.config}
 
 
+def hide_provided(issues: list[ConfigIssue], config: Mapping[str, Any], resolved: Mapping[str, Any],
+                  provided: set[str] | frozenset[str], secret_values: set[str] | frozenset[str],
+                  path: str | None = "$.config") -> list[ConfigIssue]:
+    """The issues of a config whose provider references were resolved (``config`` as written,
+    ``resolved`` after), fit to show: each issue's JSON path and rule, and its value only when the
+    key neither holds a reference nor a secret; every value a provider returned is masked in the
+    text. Keys become JSON paths under ``path`` (None: kept as they are). The REST API (the herder's
+    validation) and the CLI (``connect validate`` / ``run``) both answer through this."""
+    hidden = {k for k, v in config.items()
+              if k in provided or is_secret_name(k) or (isinstance(v, str) and parse_references(v))}
+    redact = Redactor([*secret_values, *(str(resolved[k]) for k in hidden if resolved.get(k))]).redact
+
+    def shown(issue: ConfigIssue) -> ConfigIssue:
+        key = issue.key
+        if key.startswith('$.config["') and key.endswith('"]'):
+            key = key[len('$.config["'):-2]
+        value = issue.value
+        if value is not None and (key in hidden or not isinstance(value, str) or redact(value) != value):
+            value = None
+        return ConfigIssue(issue.key if path is None else _json_path(issue.key, path), value, redact(issue.message))
+
+    return [shown(i) for i in issues]
+
+
+def _json_path(key: str, base: str) -> str:
+    """A config issue's key as a JSON path into the request body."""
+    if key.startswith("$"):
+        return key.replace("$.config", base, 1) if base != "$.config" else key
+    return f'{base}["{key}"]'
+
+
 def load_pipeline_file(path: str | Path, client_policy: ClientConfigPolicy = DEFAULT_POLICY) -> PipelineConfig:
     path = Path(path)
     try:
@@ -325,14 +356,19 @@ def load_pipeline_file(path: str | Path, client_policy: ClientConfigPolicy = DEF
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc}", source=str(path)) from None
     provided: frozenset[str] = frozenset()
-    if isinstance(document, dict) and isinstance(document.get("config"), dict):
-        # The default providers (env, file), as the worker service resolves them; other values kept.
-        from connect.providers import ConfigProviders, secret_provider_values
+    written = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(written, dict):
+        return parse_pipeline(document, source=str(path), client_policy=client_policy)
+    # The default providers (env, file), as the worker service resolves them; other values kept.
+    from connect.providers import ConfigProviders, secret_provider_values
 
-        with ConfigProviders.from_worker_config({}) as providers:
-            resolved = providers.resolve(
-                {k: v for k, v in document["config"].items() if isinstance(v, str)}, source=str(path))
-        document = {**document, "config": {**document["config"], **resolved.config}}
-        provided = frozenset(secret_provider_values(document["config"], resolved))
-    pipeline = parse_pipeline(document, source=str(path), client_policy=client_policy)
+    with ConfigProviders.from_worker_config({}) as providers:
+        resolved = providers.resolve({k: v for k, v in written.items() if isinstance(v, str)}, source=str(path))
+    config = {**written, **resolved.config}
+    provided = frozenset(secret_provider_values(config, resolved))
+    try:
+        pipeline = parse_pipeline({**document, "config": config}, source=str(path), client_policy=client_policy)
+    except ConfigError as exc:  # never a resolved value in what is printed: the REST API's rule
+        issues = hide_provided(exc.issues, written, config, resolved.provided_keys, set(resolved.secret_values), None)
+        raise ConfigError(issues, source=str(path)) from None
     return attrs.evolve(pipeline, provided_values=provided) if provided else pipeline

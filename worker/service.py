@@ -23,12 +23,22 @@ import orjson
 from connect.clientpolicy import ClientConfigPolicy
 from connect.config import ConfigDef, Importance, Type, in_range, one_of
 from connect.errors import ConfigError, ConfigIssue
+from connect.plugins import allow_plugin_classes
 from connect.providers import secret_provider_values
 from connect.secrets import install_log_redaction
 
 __all__ = ["WORKER_CONFIG", "WorkerConfig", "load_worker_config", "Worker"]
 
 log = logging.getLogger(__name__)
+
+def _plugin_targets(value: Any) -> str | None:
+    """``plugin.classes``: module:Class targets only (checked, not imported)."""
+    for item in (t.strip() for t in str(value).split(",")):
+        module, sep, attr = item.partition(":")
+        if item and not (sep and all(p.isidentifier() for p in module.split(".") + attr.split("."))):
+            return f"{item!r} is not a module:Class target"
+    return None
+
 
 WORKER_CONFIG = (
     ConfigDef()
@@ -59,6 +69,12 @@ WORKER_CONFIG = (
             "are taken from data.dir. Empty: none.")
     .define("connector.client.config.allowed.keys", Type.STRING, "", "Client settings the default policy refuses "
             "that connectors may set anyway (comma list, e.g. debug).")
+    .define("plugin.classes", Type.STRING, "", "Connector classes (module:Class, comma list) a connector config may "
+            "name besides the installed entry points and built-ins; nothing else is ever imported because a config "
+            "names it. Empty: none.", validator=_plugin_targets)
+    .define("rest.docs.enabled", Type.BOOLEAN, False, "Serve the API's browsable documentation at /docs (Swagger UI "
+            "from the installed swagger-ui-bundle-v2 package, pip install 'connect-bridge[docs]'); /openapi.json is "
+            "always served.")
     .define("data.dir", Type.STRING, "data", "Where the embedded stores (SQLite) live; locked by this worker.")
     .define("replicators.keystore.root", Type.STRING, "", "Where replicator onboarding (PIP-18) has the authPlugin "
             "keep credentials: <root>/<replicator id> (default: <data.dir>/keystore, absolute).")
@@ -143,6 +159,13 @@ def load_worker_config(path: str | Path | None, overrides: Mapping[str, Any] | N
         issues.append(ConfigIssue("rest.auth.password", None, "required with rest.auth.user (no empty passwords)"))
     if not issues and bool(values["rest.tls.certfile"]) != bool(values["rest.tls.keyfile"]):
         issues.append(ConfigIssue("rest.tls.keyfile", None, "rest.tls.certfile and rest.tls.keyfile go together"))
+    if not issues and values["rest.docs.enabled"]:
+        from worker.api.docs import swagger_ui_files
+
+        try:
+            swagger_ui_files()
+        except ConfigError as exc:
+            issues.extend(exc.issues)
     if issues:
         raise ConfigError(issues, source=source)
     return WorkerConfig(values, resolved)
@@ -189,6 +212,7 @@ class Worker:
         from worker.telemetry.metrics import ConnectMetrics
 
         self.config = config
+        allow_plugin_classes(config.get("plugin.classes"))
         self.keystore_root = config.get("replicators.keystore.root") or os.path.join(
             os.path.abspath(config.get("data.dir")), "keystore")
         self.providers = ConfigProviders.from_worker_config(fenced_providers(config, self.keystore_root))
@@ -271,7 +295,7 @@ class Worker:
                          allowed_hosts=_comma_list(c.get("rest.allowed.hosts")),
                          allowed_origins=_comma_list(c.get("rest.allowed.origins")),
                          max_body=c.get("rest.max.body.bytes"), max_json_depth=c.get("rest.max.json.depth"),
-                         console=console)
+                         console=console, docs=c.get("rest.docs.enabled"))
         # log_config=None: uvicorn's loggers propagate to the root handlers, which mask secrets.
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", log_config=None, **tls)
         self.server = uvicorn.Server(config)
@@ -319,12 +343,18 @@ def serve(config: WorkerConfig) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+    from worker.watchdog import HealthWatchdog
+
     worker = Worker(config)
+    watchdog = None
     try:
         worker.start()
         print(f"worker ready: REST API on port {worker.port}", flush=True)
+        watchdog = HealthWatchdog(worker.address.url).start()  # systemd's Type=notify and WatchdogSec
         stop.wait()
     finally:
+        if watchdog is not None:
+            watchdog.close()
         worker.close()
     return 0
 

@@ -120,6 +120,9 @@ def _load(info: TransformPluginInfo) -> type:
         raise PluginError(f"{info.kind} {info.name!r} ({info.origin}): cannot import {module_name!r}: {exc}") from exc
     except AttributeError:
         raise PluginError(f"{info.kind} {info.name!r} ({info.origin}): {module_name!r} has no {attr!r}") from None
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and the like: a 400, never through the herder
+        raise PluginError(f"{info.kind} {info.name!r} ({info.origin}): importing {module_name!r} raised "
+                          f"{type(exc).__name__}: {exc}") from None
     return obj
 
 

@@ -9,9 +9,10 @@ from importlib import metadata
 
 import pytest
 
+from connect import plugins
 from connect.connector import SinkConnector, SourceConnector
 from connect.errors import PluginError
-from connect.plugins import ENTRY_POINT_GROUP, PluginInfo, list_plugins, resolve_connector
+from connect.plugins import ENTRY_POINT_GROUP, PluginInfo, allow_plugin_classes, list_plugins, register_plugin, resolve_connector
 from connect.testing import MemorySinkConnector, MemorySourceConnector
 
 
@@ -53,7 +54,7 @@ class TestResolveErrors:
         assert message.startswith("unknown source connector 'nope'; known: ")
         for known in ("kafka", "memory", "memory-source", "memory-sink", "kafka-source", "kafka-sink"):
             assert known in message
-        assert "module:Class" in message
+        assert "module:Class" in message and "plugin.classes" in message
 
     @pytest.mark.parametrize("name", ["memory-sink", "MemorySinkConnector", "connect.testing:MemorySinkConnector",
                                       "connect.testing.MemorySinkConnector"])
@@ -67,13 +68,17 @@ class TestResolveErrors:
 
     def test_non_connector_class(self):
         with pytest.raises(PluginError, match="not a SourceConnector"):
-            resolve_connector("connect.records:ConnectRecord", "source")
+            resolve_connector("connect.testing:MemoryCodec", "source")  # a declared module, not a connector
 
-    @pytest.mark.parametrize("name", ["no_such_module_xyz:Thing", "no_such_pkg_xyz.mod.Thing"])
-    def test_module_not_importable(self, name):
-        with pytest.raises(PluginError, match=r"cannot import module 'no_such_(module|pkg)_xyz") as exc_info:
+    @pytest.mark.parametrize("name", ["no_such_module_xyz:Thing", "no_such_pkg_xyz.mod.Thing", "connect.records:ConnectRecord",
+                                      "this:Nope", "unittest.__main__:Nope", "os.system", "connect.testing"])
+    def test_an_undeclared_module_is_refused_without_being_imported(self, name, monkeypatch):
+        for module in ("this", "unittest.__main__"):
+            monkeypatch.delitem(sys.modules, module, raising=False)
+        with pytest.raises(PluginError, match="neither a declared source connector nor in a module an installed "
+                                              "distribution declares.*connect.connectors.*plugin.classes"):
             resolve_connector(name, "source")
-        assert isinstance(exc_info.value.__cause__, ImportError)
+        assert "this" not in sys.modules and "unittest.__main__" not in sys.modules
 
     def test_missing_attribute(self):
         with pytest.raises(PluginError, match=r"module 'connect.testing' has no attribute 'Nope'"):
@@ -81,9 +86,7 @@ class TestResolveErrors:
 
     def test_not_a_class(self):
         with pytest.raises(PluginError, match="is not a class"):
-            resolve_connector("connect.records:partition_key", "source")
-        with pytest.raises(PluginError, match="is not a class"):
-            resolve_connector("connect.testing", "source")  # dotted path to a module, not a class
+            resolve_connector("connect.testing:_renamed", "source")
 
     @pytest.mark.parametrize("name", ["", "   "])
     def test_empty(self, name):
@@ -188,8 +191,46 @@ def test_thirdparty_listed_with_its_distribution_as_origin(thirdparty):
 def test_thirdparty_wrong_kind_and_broken_entry_point(thirdparty):
     with pytest.raises(PluginError, match="not a SinkConnector"):
         resolve_connector("upper-source", "sink")
-    with pytest.raises(PluginError, match="cannot import module 'thirdparty_missing_module'"):
+    with pytest.raises(PluginError, match="cannot import module 'thirdparty_missing_module'") as exc_info:
         resolve_connector("broken", "source")
+    assert isinstance(exc_info.value.__cause__, ImportError)
+
+
+def test_a_declared_module_is_reachable_by_its_path(thirdparty):
+    assert resolve_connector("thirdparty_conn:UpperSource", "source").__name__ == "UpperSource"
+    assert resolve_connector("thirdparty_conn.UpperSink", "sink").__name__ == "UpperSink"
+
+
+def test_a_plugin_raising_system_exit_on_import_is_a_plugin_error(tmp_path, monkeypatch):
+    (tmp_path / "exits_on_import.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    register_plugin("exits-source", "exits_on_import:Source")
+    try:
+        with pytest.raises(PluginError, match="cannot import module 'exits_on_import'.*SystemExit"):
+            resolve_connector("exits", "source")
+    finally:
+        plugins._REGISTERED.pop("exits-source")
+        sys.modules.pop("exits_on_import", None)
+
+
+def test_operator_listed_targets(tmp_path, monkeypatch):
+    (tmp_path / "listed_conn.py").write_text("from connect.testing import MemorySourceConnector as Listed\n"
+                                             "from connect.testing import MemorySinkConnector as Other\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match="plugin.classes"):
+        resolve_connector("listed_conn:Listed", "source")
+    try:
+        assert allow_plugin_classes(" listed_conn:Listed , ") == ["listed_conn:Listed"]
+        assert resolve_connector("listed_conn:Listed", "source") is MemorySourceConnector
+        assert resolve_connector("listed_conn.Listed", "source") is MemorySourceConnector
+        with pytest.raises(PluginError, match="plugin.classes"):  # only the class listed, not its module
+            resolve_connector("listed_conn:Other", "sink")
+        assert "listed_conn:Listed" not in {p.target for p in list_plugins()}
+    finally:
+        plugins._ALLOWED.clear()
+        sys.modules.pop("listed_conn", None)
+    with pytest.raises(PluginError, match="'os.system' is not a module:Class target"):
+        allow_plugin_classes("os.system")
 
 
 def test_unknown_lists_thirdparty_names(thirdparty):

@@ -17,6 +17,7 @@ import pytest
 
 from connect.config import ConfigDef, Type, one_of
 from connect.errors import ConfigError, ConfigIssue
+from connect.plugins import register_plugin
 from connect.secrets import MASK, RedactingFilter, Redactor, install_log_redaction, is_secret_name
 from connect.testing import MemorySinkConnector
 from worker.pipeline import parse_pipeline
@@ -195,6 +196,9 @@ SECRETS = {
 }
 
 
+register_plugin("secret-sink", f"{__name__}:SecretSink")  # this process only: declares this module
+
+
 def secret_document(sink_class: str) -> dict:
     return {"name": "secrets", "config": {
         "source.connector.class": "connect.testing:MemorySourceConnector",
@@ -234,8 +238,9 @@ def test_pipeline_collects_its_secret_values():
 def _validate(tmp_path: Path, document: dict, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     path = tmp_path / "c.json"
     path.write_bytes(orjson.dumps(document))
+    classes = "connect.testing:MemorySourceConnector,tests.unit.test_secrets:SecretSink"  # the operator's list
     return subprocess.run([sys.executable, "-m", "worker.cli", "validate", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **(env or {})})
+                          text=True, timeout=120, env={**os.environ, "CONNECT_PLUGIN_CLASSES": classes, **(env or {})})
 
 
 def test_connect_validate_never_prints_a_secret(tmp_path):

@@ -192,6 +192,16 @@ def test_module_paths_that_are_not_entry_points_are_refused(plugin_dist):
     assert "connect.testing" not in found["transforms.x.type"].split("'")[0]
 
 
+def test_a_declared_transform_whose_import_exits_is_an_issue_naming_the_key(tmp_path, monkeypatch):
+    install_distribution(tmp_path, monkeypatch, "xf-exit", {"xf_exit": "raise SystemExit(4)\n"},
+                         f"[{TRANSFORM_GROUP}]\nexits = xf_exit:Gone\n")
+    try:
+        found = issues_of({"transforms": "x", "transforms.x.type": "exits"})
+        assert "raised SystemExit" in found["transforms.x.type"]
+    finally:
+        forget("xf_exit")
+
+
 def test_connect_plugins_cli_lists_transforms_and_predicates(plugin_dist):
     from worker.cli import app
 

@@ -1,7 +1,8 @@
 """The worker's REST API: Kafka Connect's paths, methods, status codes and JSON shapes.
 
 Served by uvicorn (``connect worker start``); the OpenAPI document is at ``/openapi.json`` (and
-browsable at ``/docs``). Errors answer Kafka Connect's body ``{"error_code": N, "message": "..."}``:
+browsable at ``/docs`` when the operator turns it on: ``worker.api.docs``). Every answer carries the
+console's security headers (``worker.api.headers``). Errors answer Kafka Connect's body ``{"error_code": N, "message": "..."}``:
 400 for a malformed body (the message names the JSON path), 401 without valid credentials when
 authentication is on, 404 for an unknown connector, task or plugin, 409 for a state conflict
 (a connector that exists already, offsets changed while not STOPPED), 500 otherwise.
@@ -29,6 +30,8 @@ from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
+from worker.api.docs import docs_routes, swagger_ui_files
+from worker.api.headers import SecurityHeaders
 from worker.api.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
 from worker.console.model import ConsoleHistory, ConsoleViews
 from worker.console.web import CONSOLE_PREFIX, UI_PREFIX, console_routes
@@ -148,11 +151,11 @@ _VALIDATE = _body_schema(_STRINGS, "A config of the plugin to check.")
 def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None, replicators: Any = None,
                allowed_hosts: Iterable[str] = ("localhost", "localhost.localdomain"),
                allowed_origins: Iterable[str] = (), max_body: int = DEFAULT_MAX_BODY,
-               max_json_depth: int = DEFAULT_MAX_DEPTH, console: Any = None) -> FastAPI:
+               max_json_depth: int = DEFAULT_MAX_DEPTH, console: Any = None, docs: bool = False) -> FastAPI:
     """The ASGI application over ``herder``, behind :class:`worker.api.restguard.RestGuard`, with the
     operator console (``worker.console.web``) over ``console`` (a :class:`worker.console.model.ConsoleViews`;
-    None: one whose history is sampled by the console's own requests)."""
-    app = FastAPI(title="connect-bridge worker", version=VERSION,
+    None: one whose history is sampled by the console's own requests); ``/docs`` only with ``docs``."""
+    app = FastAPI(title="connect-bridge worker", version=VERSION, docs_url=None, redoc_url=None,
                   description="Kafka Connect's REST API over a Spark-based cross-broker connector worker.")
     app.state.max_json_depth = max_json_depth
     auth = auth or RestAuth()
@@ -399,8 +402,11 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         console = ConsoleViews(herder, metrics, ConsoleHistory(metrics, herder.connector_names),
                                lambda: {"worker_id": herder.worker_id, "version": VERSION})
     console_routes(app, console, herder.redactor.redact)
+    if docs:
+        docs_routes(app, swagger_ui_files())
     # Added last, so it runs first: nothing (authentication included) sees a refused request.
     app.add_middleware(RestGuard, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, max_body=max_body)
+    app.add_middleware(SecurityHeaders)  # outermost: the guard's refusals carry the headers too
     return app
 
 

@@ -25,6 +25,7 @@ import orjson
 from fastapi import FastAPI, Response
 from starlette.concurrency import run_in_threadpool
 
+from worker.api.headers import SECURITY_HEADERS
 from worker.console.model import ConsoleViews
 
 __all__ = ["console_routes", "ASSETS", "UI_PREFIX", "CONSOLE_PREFIX"]
@@ -33,14 +34,7 @@ UI_PREFIX = "/ui"
 CONSOLE_PREFIX = "/console/"  # the JSON documents the page polls
 ASSETS = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 _PAGE = "index.html"
-_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
+_HEADERS = {**SECURITY_HEADERS, "Cache-Control": "no-cache"}  # the whole server's, see worker.api.headers
 
 
 def _read(name: str) -> bytes:
