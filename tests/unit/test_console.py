@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
+from worker.console.clusters import group, sides
 from worker.console.model import (
     HEARTBEAT_ALIASES,
     HEARTBEAT_SAMPLES,
@@ -126,7 +127,11 @@ def test_percentile_is_nearest_rank():
       "sink.bootstrap.servers": "h:2", "target.cluster.alias": "B"}, ("n:9876", "B", "rocketmq", "kafka")),
     # a heartbeat emitter names its cluster with alias; its sink writes into that same cluster: a loop
     ({"source.connector.class": "heartbeat", "source.alias": "A", "sink.connector.class": "kafka",
-      "sink.bootstrap.servers": "h:1"}, ("A", "h:1", "heartbeat", "kafka")),
+      "sink.bootstrap.servers": "h:1"}, ("A", "A", "heartbeat", "kafka")),
+    # a checkpoint source reads its upstream cluster's groups
+    ({"source.connector.class": "checkpoint", "source.upstream.type": "kafka", "source.upstream.alias": "A",
+      "source.upstream.bootstrap.servers": "h:1", "sink.connector.class": "kafka", "sink.bootstrap.servers": "h:2",
+      "sink.cluster.alias": "B"}, ("A", "B", "checkpoint", "kafka")),
     # a monitor: its sink has no cluster, it is the source's
     ({"source.connector.class": "kafka", "source.cluster.alias": "B", "source.bootstrap.servers": "h:2",
       "sink.connector.class": "heartbeat"}, ("B", "B", "kafka", "heartbeat")),
@@ -152,10 +157,14 @@ def test_health_first_match_wins():
 
 def test_a_monitor_reporting_an_unhealthy_origin_marks_that_link_stale():
     metrics = ConnectMetrics()
-    monitor = {"source.connector.class": "kafka", "source.cluster.alias": "B", "source.bootstrap.servers": "h:2",
-               "sink.connector.class": "heartbeat"}
+    monitor = {"source.connector.class": "kafka", "source.bootstrap.servers": "h:2", "sink.connector.class": "heartbeat"}
+    mirror = {"source.connector.class": "kafka", "source.cluster.alias": "A", "source.bootstrap.servers": "h:1",
+              "sink.connector.class": "kafka", "sink.cluster.alias": "B", "sink.bootstrap.servers": "h:2"}
     metrics.epoch("mon", epoch("mon", metrics={"heartbeat.A.healthy": 0.0, "heartbeat.C.healthy": 1.0}))
-    assert _stale_links({"mon": monitor}, metrics.figures()) == {("A", "B")}
+    configs = {"mon": monitor, "mirror": mirror}
+    clusters = group({n: sides(c) for n, c in configs.items()})
+    # the monitor names its cluster by address only; the mirror says that address is B
+    assert _stale_links(configs, metrics.figures(), clusters) == {("A", "B")}
 
 
 def test_figures_keep_failure_reasons_bounded_and_the_last_trace():
