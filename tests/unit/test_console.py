@@ -74,6 +74,23 @@ def test_rates_are_unknown_not_negative_when_a_connector_is_created_again():
     assert history.recent_rate("a") == (None, None)
 
 
+def test_the_record_age_is_kept_while_epochs_put_nothing():
+    metrics, clock = ConnectMetrics(), Clock()
+    history = ConsoleHistory(metrics, lambda: ["a"], clock=clock)
+    history.sample()
+    assert history.record_age("a") is None
+    result = epoch("a", records=10, acknowledged=10)
+    result.stats.update(latency_ms_max=5_000.0, latency_ms_sum=20_000.0, latency_samples=10)
+    metrics.epoch("a", result)
+    history.sample()
+    assert history.record_age("a") == {"max_s": 5.0, "seen_s_ago": 0.0}
+    metrics.epoch("a", epoch("a"))  # an epoch that put nothing: no latency gauge
+    clock.now += 10.0
+    history.sample()
+    assert metrics.figures(["a"])["a"]["latency_max"] is None
+    assert history.record_age("a") == {"max_s": 5.0, "seen_s_ago": 10.0}
+
+
 def test_a_connector_whose_first_epoch_arrived_before_its_first_sample_still_shows_that_rate():
     metrics, clock = ConnectMetrics(), Clock()
     names: list[str] = []

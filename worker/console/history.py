@@ -28,12 +28,13 @@ RATE_SAMPLES = 5  # the rates shown on the topology: over the last 5 samples (10
 class _History:
     """One connector's samples: (monotonic time, records, acknowledged, lag or NaN), oldest first."""
 
-    __slots__ = ("samples", "heartbeats", "counts")
+    __slots__ = ("samples", "heartbeats", "counts", "record_age")
 
     def __init__(self) -> None:
         self.samples: deque[tuple[float, float, float, float]] = deque(maxlen=SLOTS)
         self.heartbeats: dict[str, deque[tuple[float, float]]] = {}  # origin alias -> (time, latency ms)
         self.counts: dict[str, float] = {}  # origin alias -> heartbeats seen, at the last sample
+        self.record_age: tuple[float, float] | None = None  # (time, oldest record age in s) of the last epochs that put
 
     def add_heartbeats(self, now: float, reported: dict[str, float]) -> None:
         """Keep a heartbeat latency when the monitor saw a new heartbeat since the last sample
@@ -134,6 +135,8 @@ class ConsoleHistory:
                         h.samples.append((previous, 0.0, 0.0, math.nan))
                 lag = f["lag"]
                 h.samples.append((now, f["records"], f["acknowledged"], math.nan if lag is None else float(lag)))
+                if f.get("latency_max") is not None:
+                    h.record_age = (now, float(f["latency_max"]))
                 for task in f["tasks"].values():
                     h.add_heartbeats(now, task["reported"])
 
@@ -179,6 +182,14 @@ class ConsoleHistory:
             kept = {a: [ms for t, ms in d if t >= cutoff] for a, d in h.heartbeats.items()} if h is not None else {}
         return {alias: {"p50_ms": _percentile(v, 50), "p99_ms": _percentile(v, 99), "heartbeats": len(v)}
                 for alias, v in sorted(kept.items())}
+
+    def record_age(self, name: str) -> dict[str, float] | None:
+        """The oldest record age the connector's last epochs that put records reported (seconds), and
+        how long ago that was seen: kept while its epochs put nothing (paused, idle)."""
+        with self._lock:
+            h = self._series.get(name)
+            seen = h.record_age if h is not None else None
+        return None if seen is None else {"max_s": seen[1], "seen_s_ago": round(self._clock() - seen[0], 1)}
 
     def size(self) -> tuple[int, int]:
         """(connectors, samples) held: what the bound in the module docstring limits."""

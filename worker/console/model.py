@@ -279,7 +279,7 @@ class ConsoleViews:
             "chart": self.history.chart(name), "heartbeat": self.history.heartbeat_latency(name),
             # now - record timestamp when put: how old the records were, backlog and old timestamps
             # included; the link's replication latency is what its heartbeats took
-            "record_age_max_s": f.get("latency_max"),
+            "record_age": self.history.record_age(name),
             "replication_latency": self._link_latency(name, source, target, configs, clusters),
             "partitions": sorted(partitions.values(), key=lambda p: p["partition"]),
             "checkpoints": checkpoints,
