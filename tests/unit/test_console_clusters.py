@@ -163,3 +163,52 @@ def test_failure_reasons_read_as_sentences_and_a_cut_one_ends_at_a_word():
     long = "ValueError: " + " ".join(["refused"] * 400)
     cut = readable_reason(long[:REASON_SHOWN])
     assert cut.endswith(" \u2026 (cut) (ValueError)") and set(cut.split(" \u2026")[0].split(" ")) == {"refused"}
+
+
+class _Herder:
+    """The little of a herder the console's views read: names, status, masked config, offsets."""
+
+    def __init__(self, configs: dict[str, dict[str, str]]):
+        self.configs = configs
+
+    def connector_names(self) -> list[str]:
+        return list(self.configs)
+
+    def status(self, name: str) -> dict:
+        return {"name": name, "connector": {"state": "RUNNING", "lag": None}, "tasks": []}
+
+    def info(self, name: str) -> dict:
+        return {"name": name, "config": self.configs[name]}
+
+    def offsets(self, name: str) -> dict:
+        return {"offsets": []}
+
+
+def test_a_link_page_takes_its_replication_latency_from_a_heartbeat_monitor_in_the_target_cluster():
+    """The mirror A -> B has no latency of its own; a monitor in B (named there by address only)
+    reading heartbeats from A gives the link's p50/p99. B -> A has no monitor: unknown."""
+    from tests.unit.test_console import Clock, epoch
+    from worker.console.history import ConsoleHistory
+    from worker.console.model import ConsoleViews
+    from worker.telemetry.metrics import ConnectMetrics
+
+    configs = {"a-to-b": kafka_flow("A", "h1:9092", "B", "h2:9092"), "b-to-a": kafka_flow("B", "h2:9092", "A", "h1:9092"),
+               "monitor-b": {"source.connector.class": "kafka", "source.bootstrap.servers": "h2:9092",
+                             "sink.connector.class": "heartbeat"}}
+    metrics, clock = ConnectMetrics(), Clock()
+    history = ConsoleHistory(metrics, lambda: list(configs), clock=clock)
+    for i in range(1, 11):
+        metrics.epoch("monitor-b", epoch("monitor-b", metrics={"heartbeat.A.latency_ms": 100.0 * i,
+                                                               "heartbeat.A.count": float(i)}))
+        history.sample()
+        clock.now += 2.0
+    asked: list = []
+    ids = KafkaClusterIds(lambda settings, timeout: asked.append(settings) or (None, ()))
+    views = ConsoleViews(_Herder(configs), metrics, history, lambda: {"worker_id": "w"}, cluster_ids=ids)
+    link = views.detail("a-to-b")
+    assert (link["source"], link["target"]) == ("A", "B")
+    assert link["replication_latency"] == {"p50_ms": 500.0, "p99_ms": 1000.0, "heartbeats": 10,
+                                           "monitor": "monitor-b", "origin": "A"}
+    assert views.detail("b-to-a")["replication_latency"] is None
+    assert views.detail("monitor-b")["source"] == "B"  # the monitor's loop is drawn on B
+    assert {s["bootstrap.servers"] for s in asked} == {"h1:9092", "h2:9092"}  # each cluster asked once
