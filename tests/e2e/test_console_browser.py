@@ -54,7 +54,7 @@ def _by_address(src: str, dst: str, topic: str) -> dict[str, str]:
 
 
 # Geometry checked in the page: label boxes that intersect, labels another element covers at their
-# centre, cluster names wider or taller than their circle.
+# centre (or at four points around it), cluster names wider or taller than their circle.
 _OVERLAPPING_LABELS = """() => {
   const boxes = [...document.querySelectorAll('g.flow-label')].map(g => [g.dataset.flow, g.getBoundingClientRect()]);
   const out = [];
@@ -66,9 +66,11 @@ _OVERLAPPING_LABELS = """() => {
 }"""
 _COVERED_LABELS = """() => [...document.querySelectorAll('g.flow-label')].flatMap(g => {
   const r = g.getBoundingClientRect();
-  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
-  const owner = hit && hit.closest('g.flow-label');
-  return owner === g ? [] : [[g.dataset.flow, hit ? hit.outerHTML.slice(0, 80) : null]];
+  return [[0.5, 0.5], [0.2, 0.3], [0.8, 0.3], [0.2, 0.7], [0.8, 0.7]].flatMap(([fx, fy]) => {
+    const hit = document.elementFromPoint(r.left + r.width * fx, r.top + r.height * fy);
+    const owner = hit && hit.closest('g.flow-label');
+    return owner === g ? [] : [[g.dataset.flow, fx, fy, hit ? hit.outerHTML.slice(0, 80) : null]];
+  });
 })"""
 _CUT_CLUSTER_NAMES = """() => [...document.querySelectorAll('g.cluster')].flatMap(g => {
   const c = g.querySelector('circle').getBoundingClientRect(), t = g.querySelector('text.name').getBoundingClientRect();
@@ -180,6 +182,7 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
             # every arrow labelled with its rate once the history has samples
             page.wait_for_function("() => [...document.querySelectorAll('g.flow-label text.figures')]"
                                    ".every(t => !t.textContent.startsWith('-'))", timeout=30_000)
+            expect(page.locator("g.flow-label")).to_have_count(9)  # one label per flow, checked below
             assert page.evaluate(_OVERLAPPING_LABELS) == []
             assert page.evaluate(_COVERED_LABELS) == []
             assert page.evaluate(_CUT_CLUSTER_NAMES) == []
