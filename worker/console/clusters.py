@@ -14,7 +14,9 @@ a third by another bootstrap address of the same brokers. Each side of a connect
 - for Kafka, what the cluster says of itself once asked (:class:`KafkaClusterIds`): ``kafka-id:<id>``,
   its cluster id from the admin metadata, and ``kafka@host:port`` of each broker it advertises.
   Two clusters that report one id but advertise disjoint brokers (two brokers started with
-  tansu's default id, say) are not the same: that id is then not used as a token.
+  tansu's default id, say) are not the same: that id is then not used as a token. (The price: one
+  cluster reached through two listeners that advertise different addresses stays two nodes
+  unless an alias or a shared address joins them.)
 
 A heartbeat side (an emitter's source, a monitor's sink) is in the cluster of the connector's
 other side. The node is labelled by its aliases (``A``), else by its addresses.
