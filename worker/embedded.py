@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 __all__ = ["EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ", "free_port", "tansu_binary", "pulsar_lite_binary"]
@@ -124,11 +125,15 @@ class EmbeddedKafka(_Freezable):
     ``advertised_port`` (default: ``port``) is the port the broker puts in metadata, e.g. a test
     proxy's in front of ``port``: every client connection then goes through it, including the ones
     opened after metadata lookups. ``bootstrap`` is the advertised address; ``listener`` the real one.
+    ``cluster_id`` is the id it reports in metadata: unique per broker by default, as a real Kafka
+    cluster's is (tansu's own default is the same for every broker, which would make two clusters
+    one to whoever tells clusters apart by id, as the console does).
     """
 
     def __init__(self, port: int | None = None, log_path: str | Path | None = None,
-                 advertised_port: int | None = None):
+                 advertised_port: int | None = None, cluster_id: str | None = None):
         self.port = port or free_port()
+        self.cluster_id = cluster_id or f"tansu-{uuid.uuid4().hex[:12]}"
         self.advertised_port = advertised_port or self.port
         self.listener = f"127.0.0.1:{self.port}"
         self.bootstrap = f"127.0.0.1:{self.advertised_port}"
@@ -136,7 +141,7 @@ class EmbeddedKafka(_Freezable):
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0) -> EmbeddedKafka:
-        self.proc = _launch([tansu_binary(), "broker", "--listener-url", f"tcp://{self.listener}",
+        self.proc = _launch([tansu_binary(), "broker", "--cluster-id", self.cluster_id, "--listener-url", f"tcp://{self.listener}",
                              "--advertised-listener-url", f"tcp://{self.bootstrap}", "--storage-engine", "memory://tansu/"],
                             self.port, "tansu", timeout, self.log_path)
         return self

@@ -453,6 +453,13 @@ class Herder:
             return {"name": name, "config": {**self.masked_config(c), "name": name},
                     "tasks": [{"connector": name, "task": i} for i in range(tasks)], "type": "source"}
 
+    def side_configs(self, name: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The (source, sink) configs its running pipeline resolved, or None without a runtime: for
+        lookups in this process (the console asks a Kafka cluster for its id); never to be shown."""
+        with self._lock:
+            rt = self._get(name).runtime
+            return None if rt is None else (dict(rt.pipeline.source_config), dict(rt.pipeline.sink_config))
+
     def task_configs(self, name: str) -> list[dict[str, Any]]:
         with self._lock:
             c = self._get(name)

@@ -11,7 +11,7 @@ __all__ = ["EpochStats", "EpochResult", "RUNNING", "FAILED", "REASON_KEPT", "REA
 REASON_KEPT = 4000  # characters of an error kept in stats
 REASONS_KEPT = 32  # distinct failure reasons an epoch keeps; the rest are counted under OTHER_REASONS
 OTHER_REASONS = "(other reasons: see the task's log and the dead-letter headers)"
-REASON_SHOWN = 300  # characters shown, after masking
+REASON_SHOWN = 1000  # characters shown, after masking (32 kept per connector: bounded)
 
 RUNNING = "RUNNING"
 FAILED = "FAILED"

@@ -87,6 +87,8 @@ def test_summary_and_link_documents_carry_flows_figures_failures_and_no_secret(w
     assert c.post("/connectors", json={"name": name, "config": config}).status_code == 201
     paused = f"paused-{unique}"
     plain = {k: v for k, v in config.items() if "cluster.alias" not in k and "sasl" not in k}
+    # no alias, and the source by another name of the same broker: the cluster's id says it is east
+    plain["source.bootstrap.servers"] = a.bootstrap.replace("127.0.0.1", "localhost")
     assert c.post("/connectors", json={"name": paused, "config": plain, "initial_state": "PAUSED"}).status_code == 201
 
     def committed_all():
@@ -96,6 +98,10 @@ def test_summary_and_link_documents_carry_flows_figures_failures_and_no_secret(w
     doc = wait_for(committed_all, 90, "every record committed and two history samples")
     assert doc["source"] == "east" and doc["target"] == "west" and doc["source_kind"] == "kafka"
     assert doc["status"]["connector"]["state"] == "RUNNING" and len(doc["status"]["tasks"]) == 2
+    assert doc["actions"] == {"pause": True, "resume": False, "restart": True, "stop": True}
+    # the age of the records (old timestamps, backlog) is not the link's replication latency
+    # records made with 2023 timestamps: years old, and not the link's latency (no heartbeat monitor here)
+    assert doc["record_age"]["max_s"] > 365 * 86400 and doc["replication_latency"] is None, doc["record_age"]
     assert {p["partition"] for p in doc["partitions"]} == {f"{topic}/0", f"{topic}/1"}
     assert sum(p["offset"]["offset"] + 1 for p in doc["partitions"]) == 2000  # the committed offsets
     assert max(v for v in doc["chart"]["records_per_second"] if v is not None) > 0
@@ -107,8 +113,13 @@ def test_summary_and_link_documents_carry_flows_figures_failures_and_no_secret(w
     assert flows[name]["source"] == "east" and flows[name]["target"] == "west"
     assert flows[name]["health"] in ("running", "lagging") and flows[name]["tasks"]["total"] == 2
     assert flows[paused]["health"] == "paused" and flows[paused]["state"] == "PAUSED"
-    assert flows[paused]["source"] == a.bootstrap and flows[paused]["target"] == b.bootstrap  # no alias: the address
-    assert {cl["id"] for cl in summary.json()["clusters"]} == {"east", "west", a.bootstrap, b.bootstrap}
+    # one node per cluster: the flow naming them by address only is drawn between east and west
+    assert flows[paused]["source"] == "east" and flows[paused]["target"] == "west", flows[paused]
+    nodes = {cl["id"]: cl for cl in summary.json()["clusters"]}
+    assert set(nodes) == {"east", "west"}, nodes
+    assert nodes["east"]["cluster_id"] == a.cluster_id and nodes["west"]["cluster_id"] == b.cluster_id
+    assert set(nodes["east"]["addresses"]) == {a.bootstrap, a.bootstrap.replace("127.0.0.1", "localhost")}
+    assert not flows[paused]["draining"] and flows[name]["draining"] is False
     # how the pairs are hosted: shared hosts carry the running flow's two pairs, nobody waits for a slot
     hosts = summary.json()["worker"]["hosts"]
     assert hosts and sum(h["pairs"] for h in hosts) >= 2 and all(h["load_cores"] >= 0 for h in hosts), hosts
@@ -145,6 +156,10 @@ def test_a_refused_record_shows_its_reason_dead_letter_count_and_trace_on_the_li
     assert doc["dead_letter_topic"] == f"dlq-{unique}"
     assert doc["counts"]["errors"] >= 1 and doc["failure_reasons"], doc["counts"]
     assert any("MSG_SIZE_TOO_LARGE" in r["reason"] for r in doc["failure_reasons"]), doc["failure_reasons"]
+    readable = [r["text"] for r in doc["failure_reasons"] if "MSG_SIZE_TOO_LARGE" in r["reason"]]
+    # said as a sentence: the position in words, not a Python dict
+    assert readable and all("at offset" in t and "{'" not in t and t.endswith("Broker: Message size too large "
+                                                                          "(DeliveryError)") for t in readable), readable
     flows = {f["name"]: f for f in c.get("/console/summary").json()["flows"]}
     assert flows[name]["dead_lettered"] >= 1
 

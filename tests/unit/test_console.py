@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
+from worker.console.clusters import group, sides
 from worker.console.model import (
     HEARTBEAT_ALIASES,
     HEARTBEAT_SAMPLES,
@@ -73,6 +74,23 @@ def test_rates_are_unknown_not_negative_when_a_connector_is_created_again():
     assert history.recent_rate("a") == (None, None)
 
 
+def test_the_record_age_is_kept_while_epochs_put_nothing():
+    metrics, clock = ConnectMetrics(), Clock()
+    history = ConsoleHistory(metrics, lambda: ["a"], clock=clock)
+    history.sample()
+    assert history.record_age("a") is None
+    result = epoch("a", records=10, acknowledged=10)
+    result.stats.update(latency_ms_max=5_000.0, latency_ms_sum=20_000.0, latency_samples=10)
+    metrics.epoch("a", result)
+    history.sample()
+    assert history.record_age("a") == {"max_s": 5.0, "seen_s_ago": 0.0}
+    metrics.epoch("a", epoch("a"))  # an epoch that put nothing: no latency gauge
+    clock.now += 10.0
+    history.sample()
+    assert metrics.figures(["a"])["a"]["latency_max"] is None
+    assert history.record_age("a") == {"max_s": 5.0, "seen_s_ago": 10.0}
+
+
 def test_a_connector_whose_first_epoch_arrived_before_its_first_sample_still_shows_that_rate():
     metrics, clock = ConnectMetrics(), Clock()
     names: list[str] = []
@@ -126,7 +144,11 @@ def test_percentile_is_nearest_rank():
       "sink.bootstrap.servers": "h:2", "target.cluster.alias": "B"}, ("n:9876", "B", "rocketmq", "kafka")),
     # a heartbeat emitter names its cluster with alias; its sink writes into that same cluster: a loop
     ({"source.connector.class": "heartbeat", "source.alias": "A", "sink.connector.class": "kafka",
-      "sink.bootstrap.servers": "h:1"}, ("A", "h:1", "heartbeat", "kafka")),
+      "sink.bootstrap.servers": "h:1"}, ("A", "A", "heartbeat", "kafka")),
+    # a checkpoint source reads its upstream cluster's groups
+    ({"source.connector.class": "checkpoint", "source.upstream.type": "kafka", "source.upstream.alias": "A",
+      "source.upstream.bootstrap.servers": "h:1", "sink.connector.class": "kafka", "sink.bootstrap.servers": "h:2",
+      "sink.cluster.alias": "B"}, ("A", "B", "checkpoint", "kafka")),
     # a monitor: its sink has no cluster, it is the source's
     ({"source.connector.class": "kafka", "source.cluster.alias": "B", "source.bootstrap.servers": "h:2",
       "sink.connector.class": "heartbeat"}, ("B", "B", "kafka", "heartbeat")),
@@ -152,10 +174,14 @@ def test_health_first_match_wins():
 
 def test_a_monitor_reporting_an_unhealthy_origin_marks_that_link_stale():
     metrics = ConnectMetrics()
-    monitor = {"source.connector.class": "kafka", "source.cluster.alias": "B", "source.bootstrap.servers": "h:2",
-               "sink.connector.class": "heartbeat"}
+    monitor = {"source.connector.class": "kafka", "source.bootstrap.servers": "h:2", "sink.connector.class": "heartbeat"}
+    mirror = {"source.connector.class": "kafka", "source.cluster.alias": "A", "source.bootstrap.servers": "h:1",
+              "sink.connector.class": "kafka", "sink.cluster.alias": "B", "sink.bootstrap.servers": "h:2"}
     metrics.epoch("mon", epoch("mon", metrics={"heartbeat.A.healthy": 0.0, "heartbeat.C.healthy": 1.0}))
-    assert _stale_links({"mon": monitor}, metrics.figures()) == {("A", "B")}
+    configs = {"mon": monitor, "mirror": mirror}
+    clusters = group({n: sides(c) for n, c in configs.items()})
+    # the monitor names its cluster by address only; the mirror says that address is B
+    assert _stale_links(configs, metrics.figures(), clusters) == {("A", "B")}
 
 
 def test_figures_keep_failure_reasons_bounded_and_the_last_trace():

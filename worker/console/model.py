@@ -10,10 +10,16 @@ documents, both behind the REST API's authentication:
   acknowledged/s over the last 15 minutes, lag per partition with the committed offsets, heartbeat
   latency p50/p99, checkpoint counters, failures by reason with the last trace, dead-letter counts.
 
-A cluster is named by the side's ``cluster.alias`` (``source.cluster.alias``,
-``sink.cluster.alias``, or ``target.cluster.alias``), else ``alias`` (heartbeat emitters), else
-its address (``bootstrap.servers``, ``service.url``, ``namesrv.addr``); a side without any (a
-heartbeat monitor's sink) is the other side's cluster, drawn as a loop.
+One node per cluster (:mod:`worker.console.clusters`): sides that share an alias, a broker
+address, or (Kafka) the cluster id the cluster reports are one cluster, labelled by its alias(es),
+else its addresses; a heartbeat side (an emitter's source, a monitor's sink) is the other side's
+cluster, drawn as a loop.
+
+A link page tells apart the *record age* (now - record timestamp when put: how old the records
+were, backlog and old timestamps included) and the link's *replication latency* (what heartbeats
+from the source cluster took to reach a heartbeat monitor in the target cluster; unknown without
+one); a PAUSED or STOPPED connector still moving records is *draining* its last epoch; the
+actions that apply to the state are listed (:func:`actions`).
 
 Health of a flow, first match wins: ``failing`` (the connector or a task pair FAILED or restarting
 after a failure, or a pair retrying transient trouble), ``paused``, ``stopped``, ``starting``
@@ -22,7 +28,7 @@ from its source cluster are older than the monitor's ``timeout.ms``), ``lagging`
 deliver would take more than :data:`LAGGING_S` seconds at the rate it acknowledges now; with
 nothing acknowledged, more than :data:`LAGGING_S` records), else ``running``.
 
-History: :class:`ConsoleHistory` samples the worker's metrics every :data:`SAMPLE_S` seconds in a
+History (:mod:`worker.console.history`): :class:`ConsoleHistory` samples the worker's metrics every :data:`SAMPLE_S` seconds in a
 thread of its own and keeps, per connector, the last :data:`WINDOW_S` seconds (at most
 :data:`SLOTS` samples of four numbers each, and at most :data:`HEARTBEAT_SAMPLES` heartbeat
 latencies for each of at most :data:`HEARTBEAT_ALIASES` origins): memory is bounded per
@@ -35,217 +41,50 @@ masked by the executors and are masked again here by the herder's redactor, as `
 
 from __future__ import annotations
 
-import logging
-import math
-import threading
 import time
-from collections import deque
 from typing import Any, Callable
 
 from connect.records import partition_key
+from connect.secrets import MASK
+from worker.console.clusters import Clusters, KafkaClusterIds, Side, endpoints, group, sides
+from worker.console.history import (
+    HEARTBEAT_ALIASES,
+    HEARTBEAT_SAMPLES,
+    SAMPLE_S,
+    SLOTS,
+    WINDOW_S,
+    ConsoleHistory,
+    _percentile,
+)
+from worker.console.reasons import readable_reason
 from worker.herder import ConnectorNotFound
 from worker.telemetry.metrics import _partition_label
 
-__all__ = ["ConsoleHistory", "ConsoleViews", "SAMPLE_S", "WINDOW_S", "SLOTS", "LAGGING_S", "flow_ends"]
+__all__ = ["ConsoleHistory", "ConsoleViews", "SAMPLE_S", "WINDOW_S", "SLOTS", "LAGGING_S", "LOOKUP_WAIT_S", "flow_ends",
+           "actions", "draining", "HEARTBEAT_ALIASES", "HEARTBEAT_SAMPLES", "_percentile"]
 
-log = logging.getLogger(__name__)
-
-SAMPLE_S = 2.0
-WINDOW_S = 900.0
-SLOTS = int(WINDOW_S / SAMPLE_S) + 1
-HEARTBEAT_SAMPLES = 450
-HEARTBEAT_ALIASES = 16
 LAGGING_S = 30.0
-RATE_SAMPLES = 5  # the rates shown on the topology: over the last 5 samples (10 s)
-
-_ADDRESS_KEYS = ("bootstrap.servers", "service.url", "namesrv.addr")
-
-
-class _History:
-    """One connector's samples: (monotonic time, records, acknowledged, lag or NaN), oldest first."""
-
-    __slots__ = ("samples", "heartbeats", "counts")
-
-    def __init__(self) -> None:
-        self.samples: deque[tuple[float, float, float, float]] = deque(maxlen=SLOTS)
-        self.heartbeats: dict[str, deque[tuple[float, float]]] = {}  # origin alias -> (time, latency ms)
-        self.counts: dict[str, float] = {}  # origin alias -> heartbeats seen, at the last sample
-
-    def add_heartbeats(self, now: float, reported: dict[str, float]) -> None:
-        """Keep a heartbeat latency when the monitor saw a new heartbeat since the last sample
-        (its ``count`` grew), so a link's percentile is over heartbeats, not over samples."""
-        for key, count in reported.items():
-            if not (key.startswith("heartbeat.") and key.endswith(".count")):
-                continue
-            alias = key[len("heartbeat."):-len(".count")]
-            latency = reported.get(f"heartbeat.{alias}.latency_ms")
-            if latency is None or count == self.counts.get(alias):
-                continue
-            self.counts[alias] = count
-            kept = self.heartbeats.get(alias)
-            if kept is None:
-                if len(self.heartbeats) >= HEARTBEAT_ALIASES:
-                    continue
-                kept = self.heartbeats[alias] = deque(maxlen=HEARTBEAT_SAMPLES)
-            kept.append((now, float(latency)))
-
-
-def _rates(samples: list[tuple[float, float, float, float]]) -> list[tuple[float, float | None, float | None]]:
-    """(time, records/s, acknowledged/s) between consecutive samples; None where a counter went back
-    (the connector was deleted and created again)."""
-    out = []
-    for (t0, r0, a0, _), (t1, r1, a1, _) in zip(samples, samples[1:], strict=False):
-        dt = t1 - t0
-        if dt <= 0:
-            continue
-        out.append((t1, (r1 - r0) / dt if r1 >= r0 else None, (a1 - a0) / dt if a1 >= a0 else None))
-    return out
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    """The nearest-rank percentile ``q`` (0-100) of ``values``; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
-
-
-class ConsoleHistory:
-    """Samples the metrics of every connector every ``interval`` seconds (a daemon thread)."""
-
-    def __init__(self, metrics: Any, names: Callable[[], list[str]], *, interval: float = SAMPLE_S,
-                 clock: Callable[[], float] = time.monotonic):
-        self._metrics = metrics
-        self._names = names
-        self.interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._series: dict[str, _History] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._sampled_at = -math.inf
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="console-history", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception:  # noqa: BLE001 - the history is informational: never end the thread
-                log.exception("console history: sample failed")
-            self._stop.wait(self.interval)
-
-    def sample_if_due(self) -> None:
-        """A sample when the last one is an interval old (a history without its thread, in tests and
-        embedders, is then sampled by the console's own requests)."""
-        if self._clock() - self._sampled_at >= self.interval:
-            self.sample()
-
-    def sample(self) -> None:
-        """Take one sample of every connector (and forget connectors that are gone)."""
-        names = set(self._names())
-        figures = self._metrics.figures(names) if self._metrics is not None else {}
-        now = self._clock()
-        with self._lock:
-            previous, self._sampled_at = self._sampled_at, now
-            for gone in [n for n in self._series if n not in names]:
-                del self._series[gone]
-            for name in names:
-                f = figures.get(name)
-                if f is None:
-                    continue
-                h = self._series.get(name)
-                if h is None:
-                    h = self._series[name] = _History()
-                    if previous > -math.inf:
-                        # It had no figures at the last sample, so nothing moved yet then: what it
-                        # moved since counts as its first rate (an epoch's records arrive at once).
-                        h.samples.append((previous, 0.0, 0.0, math.nan))
-                lag = f["lag"]
-                h.samples.append((now, f["records"], f["acknowledged"], math.nan if lag is None else float(lag)))
-                for task in f["tasks"].values():
-                    h.add_heartbeats(now, task["reported"])
-
-    def rates(self, name: str, last: int | None = None) -> list[tuple[float, float | None, float | None]]:
-        with self._lock:
-            h = self._series.get(name)
-            samples = list(h.samples) if h is not None else []
-        if last is not None:
-            samples = samples[-(last + 1):]
-        return _rates(samples)
-
-    def recent_rate(self, name: str) -> tuple[float | None, float | None]:
-        """(records/s, acknowledged/s) over the last :data:`RATE_SAMPLES` samples; None when unknown."""
-        with self._lock:
-            h = self._series.get(name)
-            samples = list(h.samples)[-(RATE_SAMPLES + 1):] if h is not None else []
-        if len(samples) < 2:
-            return None, None
-        (t0, r0, a0, _), (t1, r1, a1, _) = samples[0], samples[-1]
-        dt = t1 - t0
-        if dt <= 0:
-            return None, None
-        return ((r1 - r0) / dt if r1 >= r0 else None), ((a1 - a0) / dt if a1 >= a0 else None)
-
-    def chart(self, name: str) -> dict[str, list]:
-        """The last :data:`WINDOW_S` seconds: seconds before now, records/s, acknowledged/s, lag."""
-        now = self._clock()
-        with self._lock:
-            h = self._series.get(name)
-            samples = list(h.samples) if h is not None else []
-        rates = _rates(samples)
-        lag = {t: None if math.isnan(v) else v for t, _, _, v in samples}
-        return {"ago_s": [round(now - t, 1) for t, _, _ in rates],
-                "records_per_second": [None if r is None else round(r, 2) for _, r, _ in rates],
-                "acknowledged_per_second": [None if a is None else round(a, 2) for _, _, a in rates],
-                "lag": [lag.get(t) for t, _, _ in rates]}
-
-    def heartbeat_latency(self, name: str) -> dict[str, dict[str, Any]]:
-        """Per origin alias: p50 and p99 of the heartbeat latencies seen in the window, and their count."""
-        cutoff = self._clock() - WINDOW_S
-        with self._lock:
-            h = self._series.get(name)
-            kept = {a: [ms for t, ms in d if t >= cutoff] for a, d in h.heartbeats.items()} if h is not None else {}
-        return {alias: {"p50_ms": _percentile(v, 50), "p99_ms": _percentile(v, 99), "heartbeats": len(v)}
-                for alias, v in sorted(kept.items())}
-
-    def size(self) -> tuple[int, int]:
-        """(connectors, samples) held: what the bound in the module docstring limits."""
-        with self._lock:
-            return len(self._series), sum(len(h.samples) + sum(len(d) for d in h.heartbeats.values())
-                                          for h in self._series.values())
-
-
-def _side_cluster(config: dict[str, str], side: str) -> tuple[str | None, str]:
-    """(cluster id, kind) of one side of a connector config (``side``: source or sink)."""
-    kind = config.get(f"{side}.connector.class", "?").removesuffix(f"-{side}")
-    alias = config.get(f"{side}.cluster.alias", "").strip()
-    if not alias and side == "sink":
-        alias = config.get("target.cluster.alias", "").strip()
-    if not alias:
-        alias = config.get(f"{side}.alias", "").strip()  # a heartbeat emitter names its cluster so
-    if alias:
-        return alias, kind
-    for key in _ADDRESS_KEYS:
-        address = config.get(f"{side}.{key}", "").strip()
-        if address:
-            return address, kind
-    return None, kind
+LOOKUP_WAIT_S = 1.5  # how long a document waits for Kafka clusters it has not asked for their id before
 
 
 def flow_ends(config: dict[str, str]) -> tuple[str, str, str, str]:
-    """(source cluster, target cluster, source kind, target kind) of a (masked) connector config."""
-    source, source_kind = _side_cluster(config, "source")
-    target, target_kind = _side_cluster(config, "sink")
-    source = source or target or "?"
-    return source, target or source, source_kind, target_kind
+    """(source cluster, target cluster, source kind, target kind) of one (masked) connector config
+    on its own (the console groups every connector's sides together: :func:`worker.console.clusters.group`)."""
+    pair = sides(config)
+    source, target = group({"": pair}).ends[""]
+    return source, target, pair[0].kind, pair[1].kind
+
+
+def actions(state: str) -> dict[str, bool]:
+    """The actions that apply to a connector in ``state``: pause what runs, resume what is paused
+    or stopped, restart what is not stopped, stop what is not stopped."""
+    return {"pause": state in ("RUNNING", "UNASSIGNED", "RESTARTING"), "resume": state in ("PAUSED", "STOPPED"),
+            "restart": state != "STOPPED", "stop": state != "STOPPED"}
+
+
+def draining(state: str, records_rate: float | None) -> bool:
+    """A PAUSED or STOPPED connector still moving records: its last epoch drains."""
+    return state in ("PAUSED", "STOPPED") and bool(records_rate and records_rate > 0)
 
 
 def _health(state: str, tasks: list[dict[str, Any]], stale: bool, lag: float | None,
@@ -265,19 +104,21 @@ def _health(state: str, tasks: list[dict[str, Any]], stale: bool, lag: float | N
     return "running"
 
 
-def _stale_links(configs: dict[str, dict[str, str]], figures: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
+def _stale_links(configs: dict[str, dict[str, str]], figures: dict[str, dict[str, Any]],
+                 clusters: Clusters) -> set[tuple[str, str]]:
     """(source cluster, target cluster) pairs whose heartbeats a monitor reports unhealthy: a monitor
     reads the heartbeat topic of its own (source) cluster, and ``heartbeat.<alias>.healthy`` = 0
-    there says the link from ``alias`` to it is stale."""
+    there says the link from the cluster ``alias`` names to it is stale."""
     stale = set()
     for name, config in configs.items():
         if config.get("sink.connector.class", "").removesuffix("-sink") != "heartbeat":
             continue
-        here, _, _, _ = flow_ends(config)
+        here = clusters.ends[name][0]
         for task in figures.get(name, {}).get("tasks", {}).values():
             for key, value in task["reported"].items():
                 if key.startswith("heartbeat.") and key.endswith(".healthy") and value == 0:
-                    stale.add((key[len("heartbeat."):-len(".healthy")], here))
+                    alias = key[len("heartbeat."):-len(".healthy")]
+                    stale.add((clusters.alias_node(alias) or alias, here))
     return stale
 
 
@@ -285,14 +126,32 @@ def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _lookup_settings(side: Side, index: int, resolved: tuple[dict, dict] | None, masked: dict[str, str]) -> dict:
+    """The client settings of a side's Kafka cluster: its running pipeline's resolved config, else
+    (no runtime: never started, stopped) the masked config when nothing in it is masked or a
+    provider reference (a checkpoint source's upstream keys are prefixed ``upstream.``)."""
+    if resolved is not None:
+        settings = dict(resolved[index])
+    else:
+        prefix = ("source." if index == 0 else "sink.")
+        settings = {k[len(prefix):]: v for k, v in masked.items() if k.startswith(prefix)}
+        if any(v == MASK or "${" in str(v) for v in settings.values()):
+            return {}
+    if side.kind == "checkpoint":
+        return {k[len("upstream."):]: v for k, v in settings.items() if k.startswith("upstream.")}
+    return settings
+
+
 class ConsoleViews:
     """The two documents the console polls, built from the herder, the metrics and the history."""
 
-    def __init__(self, herder: Any, metrics: Any, history: ConsoleHistory, worker: Callable[[], dict[str, Any]]):
+    def __init__(self, herder: Any, metrics: Any, history: ConsoleHistory, worker: Callable[[], dict[str, Any]],
+                 cluster_ids: KafkaClusterIds | None = None):
         self.herder = herder
         self.metrics = metrics
         self.history = history
         self._worker = worker  # the worker's identity: id, version, started_at, generation, pid
+        self.cluster_ids = cluster_ids or KafkaClusterIds()
 
     def _worker_view(self) -> dict[str, Any]:
         info = dict(self._worker())
@@ -317,40 +176,82 @@ class ConsoleViews:
                 continue
         return out
 
+    def clusters(self, configs: dict[str, dict[str, str]]) -> Clusters:
+        """Every connector's two clusters, one node per cluster: Kafka clusters asked for their id
+        (with the running pipeline's own client settings), waiting at most :data:`LOOKUP_WAIT_S`
+        for clusters not asked before."""
+        pairs = {name: sides(config) for name, config in configs.items()}
+        keys = []
+        for name, pair in pairs.items():
+            kafka = [(i, s) for i, s in enumerate(pair) if s.broker == "kafka" and s.address and s.own_cluster]
+            if not kafka:
+                continue
+            try:
+                resolved = self.herder.side_configs(name) if hasattr(self.herder, "side_configs") else None
+            except ConnectorNotFound:
+                resolved = None
+            for i, s in kafka:
+                key = endpoints(s.address)
+                settings = _lookup_settings(s, i, resolved, configs[name])
+                if key and settings.get("bootstrap.servers"):
+                    self.cluster_ids.request(key, settings)
+                keys.append(key)
+        self.cluster_ids.wait(keys, LOOKUP_WAIT_S)
+        return group(pairs, self.cluster_ids.tokens)
+
     def summary(self) -> dict[str, Any]:
         connectors = self._connectors()
+        configs = {n: c for n, (_, c) in connectors.items()}
         figures = self.metrics.figures(connectors) if self.metrics is not None else {}
-        stale = _stale_links({n: c for n, (_, c) in connectors.items()}, figures)
-        clusters: dict[str, dict[str, Any]] = {}
+        clusters = self.clusters(configs)
+        stale = _stale_links(configs, figures, clusters)
         flows = []
-        for name, (status, config) in connectors.items():
-            source, target, source_kind, target_kind = flow_ends(config)
-            for cluster, kind in ((source, source_kind), (target, target_kind)):
-                entry = clusters.setdefault(cluster, {"id": cluster, "kinds": []})
-                if kind not in entry["kinds"] and kind != "?":
-                    entry["kinds"].append(kind)
+        for name, (status, _config) in connectors.items():
+            source, target = clusters.ends[name]
             tasks = status["tasks"]
+            state = status["connector"]["state"]
             records_rate, acked_rate = self.history.recent_rate(name)
             lag = status["connector"].get("lag")
             f = figures.get(name, {})
             flows.append({
-                "name": name, "source": source, "target": target, "state": status["connector"]["state"],
-                "health": _health(status["connector"]["state"], tasks, (source, target) in stale,
-                                  lag["records"] if lag else None, acked_rate),
+                "name": name, "source": source, "target": target, "state": state,
+                "health": _health(state, tasks, (source, target) in stale, lag["records"] if lag else None, acked_rate),
+                "draining": draining(state, records_rate),
                 "tasks": {"total": len(tasks), "running": sum(t["state"] == "RUNNING" for t in tasks),
                           "failed": sum(t["state"] == "FAILED" for t in tasks)},
                 "records_per_second": _round(records_rate), "acknowledged_per_second": _round(acked_rate),
                 "lag": lag, "errors": f.get("errors", 0.0), "dead_lettered": f.get("dead_lettered", 0.0),
                 "slot_wait_s": status["connector"].get("slot_wait_s")})
-        return {"worker": self._worker_view(), "clusters": sorted(clusters.values(), key=lambda c: c["id"]),
+        return {"worker": self._worker_view(), "clusters": sorted(clusters.nodes.values(), key=lambda c: c["id"]),
                 "flows": flows}
+
+    def _link_latency(self, name: str, source: str, target: str, configs: dict[str, dict[str, str]],
+                      clusters: Clusters) -> dict[str, Any] | None:
+        """Replication latency of the link source -> target: the heartbeats from ``source`` that a
+        heartbeat monitor in ``target`` saw (p50/p99 over the history's window), the monitor with
+        the most heartbeats; None without such a monitor."""
+        best = None
+        for monitor, config in configs.items():
+            if config.get("sink.connector.class", "").removesuffix("-sink") != "heartbeat":
+                continue
+            if clusters.ends[monitor][0] != target:
+                continue
+            for alias, seen in self.history.heartbeat_latency(monitor).items():
+                if (clusters.alias_node(alias) or alias) == source and seen["heartbeats"] and (
+                        best is None or seen["heartbeats"] > best["heartbeats"]):
+                    best = {**seen, "monitor": monitor, "origin": alias}
+        return best
 
     def detail(self, name: str) -> dict[str, Any]:
         status = self.herder.status(name)  # ConnectorNotFound: 404
         config = self.herder.info(name)["config"]
         offsets = self.herder.offsets(name)["offsets"]
         f = (self.metrics.figures([name]) if self.metrics is not None else {}).get(name, {})
-        source, target, source_kind, target_kind = flow_ends(config)
+        configs = {n: c for n, (_, c) in self._connectors().items()}
+        configs[name] = config
+        clusters = self.clusters(configs)
+        source, target = clusters.ends[name]
+        source_kind, target_kind = (s.kind for s in sides(config))
         records_rate, acked_rate = self.history.recent_rate(name)
         tasks = f.get("tasks", {})
         partitions: dict[str, dict[str, Any]] = {}
@@ -366,23 +267,27 @@ class ConsoleViews:
             for key, value in task_figures["reported"].items():
                 if key.startswith("checkpoint."):
                     checkpoints[key] = checkpoints.get(key, 0.0) + value
-        stale = _stale_links({name: config}, {name: f}) if f else set()
+        stale = _stale_links({name: config}, {name: f}, clusters) if f else set()
         lag = status["connector"].get("lag")
+        state = status["connector"]["state"]
         return {
             "worker": self._worker_view(), "name": name, "source": source, "target": target,
             "source_kind": source_kind, "target_kind": target_kind, "status": status,
-            "health": _health(status["connector"]["state"], status["tasks"], bool(stale),
-                              lag["records"] if lag else None, acked_rate),
+            "health": _health(state, status["tasks"], bool(stale), lag["records"] if lag else None, acked_rate),
+            "draining": draining(state, records_rate), "actions": actions(state),
             "records_per_second": _round(records_rate), "acknowledged_per_second": _round(acked_rate),
             "chart": self.history.chart(name), "heartbeat": self.history.heartbeat_latency(name),
-            "replication_latency_max_s": f.get("latency_max"),
+            # now - record timestamp when put: how old the records were, backlog and old timestamps
+            # included; the link's replication latency is what its heartbeats took
+            "record_age": self.history.record_age(name),
+            "replication_latency": self._link_latency(name, source, target, configs, clusters),
             "partitions": sorted(partitions.values(), key=lambda p: p["partition"]),
             "checkpoints": checkpoints,
             "counts": {k: f.get(k, 0.0) for k in ("records", "acknowledged", "committed", "errors", "transient",
                                                    "dead_lettered", "skipped", "dismissed", "customer_handled",
                                                    "filtered")},
             "dead_letter_topic": config.get("errors.deadletterqueue.topic.name") or None,
-            "failure_reasons": [{"reason": r, "records": n} for r, n in
+            "failure_reasons": [{"reason": r, "text": readable_reason(r), "records": n} for r, n in
                                 sorted(f.get("failure_reasons", {}).items(), key=lambda x: -x[1])],
             "last_failure": f.get("last_failure"),
             "config": config,
