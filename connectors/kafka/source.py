@@ -16,7 +16,6 @@ partition number to the sink (``ConnectRecord.partition``).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +23,7 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from connect import patterns
 from connect.batch import NativeBatch
 from connect.config import ConfigDef, Importance, Type, non_empty, valid_regex
 from connect.errors import ConnectError, RetriableError
@@ -105,7 +105,7 @@ class KafkaSourceConnector(PartitionedSourceConnector):
             return None
         cfg = CONFIG.parse(config)
         # what it reads: a named topic that topics.exclude matches is never read
-        return [t for t in cfg["topics"] if not re.fullmatch(cfg["topics.exclude"], t)] or None
+        return [t for t in cfg["topics"] if not patterns.fullmatch(cfg["topics.exclude"], t)] or None
 
     def start(self, config: Mapping[str, Any]) -> None:
         super().start(config)
@@ -114,11 +114,11 @@ class KafkaSourceConnector(PartitionedSourceConnector):
         self._start_watching(self._cfg["refresh.topics.interval.ms"])
 
     def _matches(self, topic: str) -> bool:
-        if re.fullmatch(self._cfg["topics.exclude"], topic):
+        if patterns.fullmatch(self._cfg["topics.exclude"], topic):
             return False
         if self._cfg["topics"]:
             return topic in self._cfg["topics"]
-        return re.fullmatch(self._cfg["topics.regex"], topic) is not None
+        return patterns.fullmatch(self._cfg["topics.regex"], topic)
 
     def _list_partitions(self) -> list[tuple[str, int]]:
         try:
