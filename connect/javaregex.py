@@ -103,7 +103,7 @@ def _re2_knows(prop: str) -> bool:
 
 
 class _Translator:
-    """One left-to-right pass over a Java pattern (no recursion: nesting is a counter)."""
+    """One left-to-right pass over a Java pattern (no recursion: the open groups are a list)."""
 
     def __init__(self, java: str):
         self.s, self.i, self.out = java, 0, []
@@ -349,9 +349,11 @@ class _Translator:
             raise _refuse(f"{shown} (Unicode blocks, java* and other properties)", at)
         elif name.startswith("Is"):
             name = _IS.get(name[2:].upper(), name[2:])
-        if not name.isalnum() or not name[0].isupper() or not _re2_knows(name):
-            raise PatternError(f"has an unknown or unsupported character property {shown} at position {at}")
-        return f"\\{'P' if negated else 'p'}{{{name}}}"
+        # scripts as Java also takes them (IsGREEK, Isold_italic) are RE2's Greek, Old_Italic
+        for known in (name, "_".join(part.capitalize() for part in name.split("_"))):
+            if known.isascii() and known.replace("_", "").isalnum() and _re2_knows(known):
+                return f"\\{'P' if negated else 'p'}{{{known}}}"
+        raise PatternError(f"has an unknown or unsupported character property {shown} at position {at}")
 
     # -- character classes ------------------------------------------------------------------------
     def _class(self) -> None:

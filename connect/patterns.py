@@ -86,7 +86,7 @@ class JavaPattern:
         return f"JavaPattern({self.java!r})"
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=256)
 def compile(java: str) -> JavaPattern:  # noqa: A001 - the name every regex module uses
     """The compiled pattern (cached: configs repeat); :class:`PatternError` naming what is refused."""
     return JavaPattern(java)

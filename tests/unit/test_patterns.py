@@ -35,6 +35,7 @@ def matches(java: str, text: str) -> bool:
     (r"\p{L}+", ["Ωmega"], ["1"]),
     (r"\p{Lu}\p{IsL}\p{IsLatin}\p{sc=Greek}\pL\p{IsLetter}\p{IsDigit}", ["AbcΩde1"], ["abcΩde1"]),
     (r"\P{L}", ["1"], ["a"]),
+    (r"\p{IsGREEK}\p{IsOld_Italic}\p{script=Latin}\p{gc=Nd}", ["Ω\U00010300a1"], ["ab\U00010300a1"]),
     (r"\p{LD}+", ["a1"], ["-"]),
     (r"\P{LD}", ["-"], ["a"]),
     (r"[\p{LC}]", ["a"], ["1"]),
