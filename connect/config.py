@@ -19,11 +19,11 @@ from __future__ import annotations
 import difflib
 import enum
 import math
-import re
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
+from connect import patterns
 from connect.errors import ConfigError, ConfigIssue
 from connect.secrets import MASK, is_secret_name
 
@@ -103,13 +103,8 @@ def non_empty(value: Any) -> str | None:
 
 
 def valid_regex(value: Any) -> str | None:
-    if not value:
-        return None
-    try:
-        re.compile(value)
-    except re.error as exc:
-        return f"is not a valid regular expression ({exc})"
-    return None
+    """A user regex in Java's dialect that the linear-time engine runs (:mod:`connect.patterns`)."""
+    return patterns.problem(value)
 
 
 _INT_BITS = {Type.INT: 32, Type.LONG: 64}

@@ -61,6 +61,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import attrs
 
+from connect import patterns
 from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.files import private_dir
 from connect.secrets import MASK, Redactor, is_secret_name
@@ -190,17 +191,17 @@ class EnvVarConfigProvider(ConfigProvider):
     def __init__(self, environ: Mapping[str, str] | None = None):
         super().__init__()
         self._environ = environ
-        self._allow: re.Pattern[str] | None = None
+        self._allow: patterns.JavaPattern | None = None
 
     def configure(self, params: dict[str, str]) -> None:
         _check_params("env", params, ["allowlist.pattern"])
         super().configure(params)
         pattern = params.get("allowlist.pattern")
         if pattern is not None:
-            try:
-                self._allow = re.compile(pattern)
-            except re.error as exc:
-                raise ConfigError([ConfigIssue("param.allowlist.pattern", pattern, f"not a regular expression: {exc}")]) \
+            try:  # a reference names the variable: the match is bounded whoever chose the name
+                self._allow = patterns.compile(pattern)
+            except patterns.PatternError as exc:
+                raise ConfigError([ConfigIssue("param.allowlist.pattern", pattern, f"not a regular expression: it {exc}")]) \
                     from None
 
     def get(self, path: str, keys: set[str]) -> dict[str, str]:

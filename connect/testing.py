@@ -11,11 +11,11 @@ side topic, and rejects alike.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
+from connect import patterns
 from connect.batch import NativeBatch, NativeCodec
 from connect.config import ConfigDef, Type, at_least
 from connect.connector import SinkConnector, SourceConnector
@@ -131,7 +131,7 @@ class _Rejections:
     """``reject.values`` / ``reject.times``: which records the memory sink refuses, and how."""
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
-        self.reject = re.compile(cfg["reject.values"]) if cfg["reject.values"] else None
+        self.reject = patterns.compile(cfg["reject.values"]) if cfg["reject.values"] else None
         self.reject_times = cfg["reject.times"]
         self.rejections: dict[bytes, int] = defaultdict(int)
 
@@ -229,7 +229,8 @@ class MemorySinkConnector(SinkConnector):
         return ROUTING_CONFIG.merge(
             ConfigDef()
             .define("name", Type.STRING, "memory", "Key of MemorySinkTask.written that receives the records.")
-            .define("reject.values", Type.STRING, "", "Regex: matching values are rejected at flush.")
+            .define("reject.values", Type.STRING, "", "Regex: matching values are rejected at flush.",
+                    validator=patterns.problem)
             .define("reject.times", Type.INT, -1,
                     "Reject a matching record this many times, as a transient failure; -1: always, as a permanent one.")
             .define("fail.put.times", Type.INT, 0, "Raise RetriableError from the first N puts."))

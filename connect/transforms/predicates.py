@@ -3,9 +3,9 @@ the transform that drops every record it applies to (so it is used with a predic
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
+from connect import patterns
 from connect.config import ConfigDef, Type, non_empty, valid_regex
 from connect.records import ConnectRecord
 from connect.transforms.base import Predicate, Transformation
@@ -14,7 +14,7 @@ __all__ = ["TopicNameMatches", "HasHeaderKey", "RecordIsTombstone", "Filter"]
 
 
 class TopicNameMatches(Predicate):
-    """True for records whose topic matches ``pattern`` whole."""
+    """True for records whose topic matches ``pattern`` whole (Java's dialect, :mod:`connect.patterns`)."""
 
     @classmethod
     def config_def(cls) -> ConfigDef:
@@ -23,7 +23,7 @@ class TopicNameMatches(Predicate):
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
-        self.pattern = re.compile(config["pattern"])
+        self.pattern = patterns.compile(config["pattern"])
         self._answers: dict[str, bool] = {}  # topic -> match: a pair sees few topics, records see them often
 
     def test(self, record: ConnectRecord) -> bool:

@@ -2,8 +2,9 @@
 
 ``RegexRouter``: a topic that matches ``regex`` *whole* (Java's ``Matcher.matches``) becomes
 ``replacement``, where ``$1``/``${name}`` are groups (Java's syntax; ``\\$`` is a literal dollar);
-other topics are kept. ``TimestampRouter``: ``topic.format`` with ``${topic}`` and ``${timestamp}``,
-the record's timestamp formatted in UTC with a Java ``SimpleDateFormat`` pattern (letters
+other topics are kept. The regex is Java's dialect, run in linear time (:mod:`connect.patterns`).
+``TimestampRouter``: ``topic.format`` with ``${topic}`` and ``${timestamp}``, the record's
+timestamp formatted in UTC with a Java ``SimpleDateFormat`` pattern (letters
 ``yyyy yy MM dd HH mm ss SSS``, text in quotes).
 """
 
@@ -13,40 +14,19 @@ import datetime
 import re
 from typing import Any, Callable, Mapping
 
+from connect import patterns
 from connect.config import ConfigDef, Type, non_empty, valid_regex
+from connect.errors import ConfigIssue
+from connect.patterns import JavaReplacement, PatternError
 from connect.records import ConnectRecord, make_record
 from connect.transforms.base import UNKNOWN, Transformation, TransformError
 
-__all__ = ["RegexRouter", "TimestampRouter", "java_replacement", "date_formatter", "with_topic"]
+__all__ = ["RegexRouter", "TimestampRouter", "date_formatter", "with_topic"]
 
 
 def with_topic(record: ConnectRecord, topic: str) -> ConnectRecord:
     return make_record(topic, record.key, record.value, record.headers, record.timestamp, record.source_partition,
                        record.source_offset, record.partition, record.value_schema)
-
-
-_GROUP = re.compile(r"\\(.)|\$(\d+)|\$\{([A-Za-z][A-Za-z0-9]*)\}|(\$)", re.DOTALL)
-
-
-def java_replacement(replacement: str) -> str:
-    """A Java ``Matcher`` replacement string as a Python ``Match.expand`` template; ValueError
-    for a lone ``$`` or a trailing backslash, as Java refuses them."""
-    out, pos = [], 0
-    for m in _GROUP.finditer(replacement):
-        out.append(replacement[pos:m.start()].replace("\\", "\\\\"))
-        escaped, number, name, lone = m.groups()
-        if lone:
-            raise ValueError("a '$' must be followed by a group number or {name} (write \\$ for a dollar)")
-        if escaped is not None:
-            out.append("\\\\" if escaped == "\\" else escaped)
-        else:
-            out.append(f"\\g<{number or name}>")
-        pos = m.end()
-    tail = replacement[pos:]
-    if tail.endswith("\\"):
-        raise ValueError("ends with a lone backslash")
-    out.append(tail)
-    return "".join(out)
 
 
 def _refused_by(build: Callable[[str], Any]) -> Callable[[Any], str | None]:
@@ -72,12 +52,22 @@ class RegexRouter(Transformation):
                 .define("regex", Type.STRING, doc="Regular expression the whole topic name must match.",
                         validator=lambda v: non_empty(v) or valid_regex(v))
                 .define("replacement", Type.STRING, doc="The new name; $1, ${name} are groups of the match.",
-                        validator=_refused_by(java_replacement)))
+                        validator=_refused_by(JavaReplacement)))
+
+    @classmethod
+    def validate(cls, config: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().validate(config)
+        if not issues:  # both valid alone: every group the replacement names must be in the regex
+            try:
+                JavaReplacement(config["replacement"], patterns.compile(config["regex"]))
+            except PatternError as exc:
+                issues.append(ConfigIssue("replacement", config["replacement"], str(exc)))
+        return issues
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
-        self.regex = re.compile(config["regex"])
-        self.template = java_replacement(config["replacement"])
+        self.regex = patterns.compile(config["regex"])
+        self.template = JavaReplacement(config["replacement"], self.regex)
         self._names: dict[str, str] = {}
 
     topic_key = "replacement"
@@ -87,10 +77,7 @@ class RegexRouter(Transformation):
         new = self._names.get(topic)
         if new is None:
             m = self.regex.fullmatch(topic)
-            try:
-                new = m.expand(self.template) if m else topic
-            except (re.error, IndexError) as exc:
-                raise TransformError(f"replacement refers to a group the regex does not have ({exc})") from None
+            new = self.template.expand(m) if m else topic
             if len(self._names) < 10_000:
                 self._names[topic] = new
         return new

@@ -67,6 +67,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from connect import patterns
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.connector import SinkConnector, SourceConnector
 from connect.errors import ConfigError, ConfigIssue, ConnectError, RetriableError
@@ -160,7 +161,7 @@ def topic_configs(entries: Mapping[str, ConfigEntry] | Sequence[ConfigEntry], ex
             continue
         if (e.is_default or e.source == ConfigSource.DEFAULT_CONFIG) and not source_defaults:
             continue
-        if exclude and re.fullmatch(exclude, e.name):
+        if exclude and patterns.fullmatch(exclude, e.name):
             continue
         out[e.name] = e.value
     return dict(sorted(out.items()))
@@ -171,7 +172,7 @@ def config_ops(wanted: Mapping[str, str], current: Mapping[str, ConfigEntry], ex
     None to DELETE (a target override, ``DYNAMIC_TOPIC_CONFIG``, the source no longer has). Names
     matched by ``exclude`` are never touched."""
     def excluded(name: str) -> bool:
-        return bool(exclude) and re.fullmatch(exclude, name) is not None
+        return bool(exclude) and patterns.fullmatch(exclude, name)
 
     ops: dict[str, str | None] = {}
     for name, value in sorted(wanted.items()):
@@ -309,9 +310,9 @@ class KafkaMetadataSourceTask(SourceTask):
     def _matches(self, topic: str) -> bool:
         if self._cfg["topics"]:  # named on purpose: watched whatever topics.exclude says (as the Kafka source)
             return topic in self._cfg["topics"]
-        if re.fullmatch(self._cfg["topics.exclude"], topic):
+        if patterns.fullmatch(self._cfg["topics.exclude"], topic):
             return False
-        return bool(self._cfg["topics.regex"]) and re.fullmatch(self._cfg["topics.regex"], topic) is not None
+        return bool(self._cfg["topics.regex"]) and patterns.fullmatch(self._cfg["topics.regex"], topic)
 
     def poll(self) -> Sequence[ConnectRecord]:
         wait = self._next_poll - time.monotonic()
@@ -563,7 +564,7 @@ class KafkaMetadataSinkTask(SinkTask):
         for key, value in configs.items():
             if not isinstance(value, str):
                 raise ConnectError(f"$.data.configs.{key}: a string expected, got {value!r}")
-        return {k: v for k, v in configs.items() if not (self._exclude and re.fullmatch(self._exclude, k))}
+        return {k: v for k, v in configs.items() if not (self._exclude and patterns.fullmatch(self._exclude, k))}
 
     def _create(self, name: str, partitions: int, configs: Mapping[str, str] | None) -> bool:
         """Create the topic with ``configs`` (MM2 does so: a compacted topic is compacted from its first

@@ -16,7 +16,6 @@ partition number to the sink (``ConnectRecord.partition``).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +23,7 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from connect import patterns
 from connect.batch import NativeBatch
 from connect.config import ConfigDef, Importance, Type, non_empty, valid_regex
 from connect.errors import ConnectError, RetriableError
@@ -118,9 +118,9 @@ class KafkaSourceConnector(PartitionedSourceConnector):
         # offset-syncs topic, "offset-syncs.A.internal", was never read by the checkpoint connector).
         if self._cfg["topics"]:
             return topic in self._cfg["topics"]
-        if re.fullmatch(self._cfg["topics.exclude"], topic):
+        if patterns.fullmatch(self._cfg["topics.exclude"], topic):
             return False
-        return re.fullmatch(self._cfg["topics.regex"], topic) is not None
+        return patterns.fullmatch(self._cfg["topics.regex"], topic)
 
     def _list_partitions(self) -> list[tuple[str, int]]:
         try:

@@ -77,6 +77,7 @@ from urllib.parse import quote
 
 import httpx
 
+from connect import patterns
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.connector import SinkConnector, SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
@@ -410,8 +411,8 @@ class PulsarMetadataSourceTask(SourceTask):
         self.topic = cfg["topic"]
         self.poll_s = cfg["poll.interval.ms"] / 1000
         self.snapshot_s = cfg["snapshot.interval.ms"] / 1000
-        self._include = re.compile(cfg["tenants"])
-        self._exclude = re.compile(cfg["tenants.exclude"]) if cfg["tenants.exclude"] else None
+        self._include = patterns.compile(cfg["tenants"])
+        self._exclude = patterns.compile(cfg["tenants.exclude"]) if cfg["tenants.exclude"] else None
         self.admin = PulsarAdmin.from_config(cfg, time_left=context.time_left)
         self.partition = {"metadata": self.cluster}
         self._data: dict[Key, dict] | None = None  # what the last read saw (stamps stripped); None: not read yet

@@ -42,6 +42,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
+from connect import patterns
 from connect.config import ConfigDef, Importance, Type, at_least, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
@@ -225,7 +226,7 @@ class PulsarSourceConnector(PartitionedSourceConnector):
     def _topics(self) -> list[str]:
         if self._cfg["topics"]:
             return [full_topic_name(t) for t in self._cfg["topics"]]
-        return sorted(t for t in self._namespace_topics() if re.fullmatch(self._cfg["topics.regex"], t))
+        return sorted(t for t in self._namespace_topics() if patterns.fullmatch(self._cfg["topics.regex"], t))
 
     def _namespace_topics(self) -> set[str]:
         """Topics of ``topics.namespace`` (partitions folded into their topic), from the admin REST

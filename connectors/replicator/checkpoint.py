@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
+from connect import patterns
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, one_of, valid_regex
 from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
@@ -109,10 +110,8 @@ class CheckpointSourceConnector(SourceConnector):
         if config.get("upstream.alias") and config.get("upstream.alias") == config.get("downstream.alias"):
             issues.append(ConfigIssue("downstream.alias", config.get("downstream.alias"), "must differ from upstream.alias"))
         for pattern in str(config.get("groups", "")).split(","):
-            try:
-                re.compile(pattern.strip())
-            except re.error as exc:
-                issues.append(ConfigIssue("groups", pattern.strip(), f"not a valid regex: {exc}"))
+            if problem := patterns.problem(pattern.strip()):
+                issues.append(ConfigIssue("groups", pattern.strip(), problem))
         return issues
 
     @classmethod
@@ -138,9 +137,9 @@ class CheckpointSourceTask(SourceTask):
         self.interval = cfg["emit.checkpoints.interval.ms"] / 1000
         self.topic = cfg["checkpoints.topic"]
         self.apply_groups = cfg["sync.group.offsets.enabled"]
-        self._patterns = [re.compile(p) for p in cfg["groups"] if p]
+        self._patterns = [patterns.compile(p) for p in cfg["groups"] if p]
         self._plain = [p for p in cfg["groups"] if _PLAIN_NAME.fullmatch(p)]
-        self._exclude = re.compile(cfg["groups.exclude"]) if cfg["groups.exclude"] else None
+        self._exclude = patterns.compile(cfg["groups.exclude"]) if cfg["groups.exclude"] else None
         self.upstream: GroupPositions = cluster_groups(cfg["upstream.type"], _side(config, "upstream."))
         self.downstream: GroupPositions | None = None
         try:

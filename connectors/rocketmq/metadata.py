@@ -64,12 +64,12 @@ from __future__ import annotations
 
 import collections
 import logging
-import re
 import time
 from typing import Any, Mapping, Sequence
 
 import orjson
 
+from connect import patterns
 from connect.config import ConfigDef, Importance, Type, at_least, non_empty, valid_regex
 from connect.connector import SinkConnector, SourceConnector
 from connect.errors import ConfigError, ConfigIssue, ConnectError, RetriableError
@@ -225,7 +225,7 @@ class RocketMQMetadataSourceTask(SourceTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = _client_cfg(SOURCE_CONFIG, config, "RocketMQ metadata source")
         self._cluster, self._topic = cfg["cluster.name"], cfg["topic"]
-        self._topics, self._groups = re.compile(cfg["topics.regex"]), re.compile(cfg["groups.regex"])
+        self._topics, self._groups = patterns.compile(cfg["topics.regex"]), patterns.compile(cfg["groups.regex"])
         self._poll_s, self._snapshot_s = cfg["poll.interval.ms"] / 1000, cfg["snapshot.interval.ms"] / 1000
         self._partition = {"metadata": self._cluster}
         self._namesrv = cfg["namesrv.addr"]

@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import re
 import time
 from typing import Any, Mapping, Sequence
 
 import orjson
 
+from connect import patterns
 from connect.config import ConfigDef, Importance, Type, at_least, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
@@ -140,7 +140,7 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
             reserved = reserved_names(self._client.cluster_info())
         except ConnectError as exc:
             raise RetriableError(f"cannot list the topics of {self._cfg['namesrv.addr']}: {exc}") from exc
-        pattern = re.compile(self._cfg["topics.regex"])
+        pattern = patterns.compile(self._cfg["topics.regex"])
         return sorted(t for t in names if regex_selects(pattern, t, reserved))
 
     def _list_partitions(self) -> list[tuple[str, int]]:

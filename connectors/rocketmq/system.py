@@ -13,8 +13,9 @@ regex; name them in ``topics`` if they are really wanted.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
+
+from connect.patterns import JavaPattern
 
 __all__ = ["SYSTEM_TOPICS", "SYSTEM_PREFIXES", "is_system_topic", "reserved_names", "regex_selects"]
 
@@ -39,7 +40,7 @@ def reserved_names(brokers: Mapping[str, Any]) -> set[str]:
     return set(brokers) | {b.cluster for b in brokers.values() if b.cluster}
 
 
-def regex_selects(pattern: re.Pattern, name: str, reserved: frozenset[str] | set[str] = frozenset()) -> bool:
+def regex_selects(pattern: JavaPattern, name: str, reserved: frozenset[str] | set[str] = frozenset()) -> bool:
     """Whether ``topics.regex`` reads ``name`` (see the module's rules)."""
     if not pattern.fullmatch(name):
         return False

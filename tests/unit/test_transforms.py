@@ -12,7 +12,7 @@ import pytest
 
 from connect.records import ConnectRecord, ValueSchema
 from connect.transforms import TransformError, load_transforms
-from connect.transforms.routing import date_formatter, java_replacement
+from connect.transforms.routing import date_formatter
 
 ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"}, {"name": "card", "type": "string"}, {"name": "qty", "type": "int"},
@@ -57,11 +57,10 @@ def test_regex_router_matches_whole_topic(topic, expected):
     assert out.topic == expected and out.value == b"v" and out.source_offset == {"offset": 7}
 
 
-def test_java_replacement_syntax():
-    assert java_replacement("a_$1_${name}_\\$_\\\\") == "a_\\g<1>_\\g<name>_$_\\\\"
-    for bad in ("cost $", "x\\"):
-        with pytest.raises(ValueError):
-            java_replacement(bad)
+def test_regex_router_takes_java_named_groups_and_replacements():
+    out = one("RegexRouter", rec(b"v", topic="prod.orders"), regex=r"(?<env>\p{Alnum}+)\.(?<rest>.*)",
+              replacement="dc1_${rest}_$1_\\$")
+    assert out.topic == "dc1_orders_prod_$"
 
 
 def test_timestamp_router_formats_utc_with_java_pattern():

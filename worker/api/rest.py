@@ -377,6 +377,9 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         body = await _body(request)
         if not isinstance(body, dict):
             raise BadRequest("$: must be an object of config keys to values")
+        return await call(_validation, cls, info, body)  # CPU-bound (user regexes): off the event loop
+
+    def _validation(cls, info, body: dict[str, Any]) -> dict[str, Any]:
         config = {k: v for k, v in body.items() if k not in ("connector.class", "name")}
         cdef = cls.config_def()
         issues = list(cls.validate(config)) + list(cdef.unknown_keys(config)) + herder.client_policy.check(config)
