@@ -558,8 +558,12 @@ class TaskPairRunner:
                 self._unsent_from += len(failed)
         if len(failed) < len(transient):
             self._hold_unsent([r for r, e in transient if isinstance(e, NotSentError)])
-        # Raises RetriesExhaustedError once deliveries have been failing for errors.retry.timeout.
-        self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, transient[0][1])
+        error = next((e for _, e in transient if not getattr(e, "backpressure", False)), None)
+        if error is not None:
+            # Raises RetriesExhaustedError once deliveries have been failing for errors.retry.timeout.
+            self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, error)
+        elif len(self._resend) == len(transient):  # only a full client: due once the records before are done
+            self._resend_at = time.monotonic()
 
     def _hold_unsent(self, records: list[ConnectRecord]) -> None:
         """Records the sink never sent, later than all it holds: re-sent once every generation with

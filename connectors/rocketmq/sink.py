@@ -258,7 +258,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 if not self._wait_for_room(self._max_pending):
                     self._report_transient(records[i:], NotSentError(
                         f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
-                        f"{len(records) - i} record(s) not sent yet"))
+                        f"{len(records) - i} record(s) not sent yet", backpressure=True))
                     return
                 if self._failed_sends != failed:
                     # A send failed while this put waited: what it failed is re-sent first, and the
