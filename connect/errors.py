@@ -14,6 +14,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "RetriableError",
+    "NotSentError",
     "DeliveryError",
     "ConversionError",
     "PluginError",
@@ -34,6 +35,21 @@ class RetriableError(ConnectError):
     worker restarts it). Reported for one record through the errant-record reporter, it marks a
     *transient* delivery failure: the record is re-sent, never skipped.
     """
+
+
+class NotSentError(RetriableError):
+    """Reported for records a sink's ``put`` did not hand to its client (no room until the
+    deadline, a target it could not look up, a failure served during the put): transient, and
+    later than every record the sink still holds for the pair. The runner re-sends them only once
+    every record put before them has an outcome, behind any of those that failed, so a failure
+    reported after them cannot make them overtake it (per-partition order).
+
+    ``backpressure=True``: nothing failed, the client had no room until the deadline; the records
+    wait their turn without counting as a failing delivery (``errors.retry.timeout``)."""
+
+    def __init__(self, message: str, *, backpressure: bool = False) -> None:
+        super().__init__(message)
+        self.backpressure = backpressure
 
 
 class DeliveryError(ConnectError):

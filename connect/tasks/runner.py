@@ -14,6 +14,9 @@ offset stays where it was until the re-sent record is acknowledged. A transient 
 pair: it is taken as soon as the sink reports it (right after the put or the wait for outcomes that
 brought it), and nothing new is put before the failed records are re-sent, in the order the sink
 reported them (its put order), so per-partition order survives a sink's finite delivery timeout.
+Records a put never handed to its client (``NotSentError``: no room until the deadline, say) are
+later than everything in flight: they wait until every record put before them has an outcome, and
+go out behind those of them that failed, whatever order the reports came in.
 When something fails that nothing accepts, the partitions it touched keep their previous offsets
 and the epoch ends FAILED.
 
@@ -48,7 +51,7 @@ from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from connect.batch import NativeBatch, native_allowed
-from connect.errors import ConnectError, RetriableError, RetriesExhaustedError, TaskFailedError
+from connect.errors import ConnectError, NotSentError, RetriableError, RetriesExhaustedError, TaskFailedError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.sink.side import SideWriter
@@ -178,6 +181,11 @@ class TaskPairRunner:
         self._commits = RecordCommits(self.source.commit_record)
         self._resend: list[ConnectRecord] = []  # transient failures, in order, waiting to be re-sent
         self._resend_at = 0.0
+        # ``_resend[_unsent_from:]`` were never handed to the sink's client (NotSentError): they go
+        # out once generation ``_unsent_after`` (and every earlier one) is complete, so a failure of
+        # a record put before them, reported later, still goes out ahead of them
+        self._unsent_from: int | None = None
+        self._unsent_after = -1
         self._awaiting: dict[str, int] = {}  # partition key of a re-sent record -> generation it went out in
         self._permanent: list[tuple[ConnectRecord, BaseException]] = []  # not yet resolved (DLQ busy)
         self._stage_failures: list[tuple[ConnectRecord, BaseException]] = []  # records a stage could not handle
@@ -397,7 +405,10 @@ class TaskPairRunner:
                 self._take_failures(committed, handler, stats)
                 if self._resend:
                     self._await_progress()
-                    self._take_failures(committed, handler, stats)
+                    if self._unsent_waits():  # see which generations completed meanwhile
+                        self._commit_point(committed, handler, stats)
+                    else:
+                        self._take_failures(committed, handler, stats)
                     continue
             if self._in_flight + len(self._resend) >= max_in_flight:
                 self._commit_point(committed, handler, stats)
@@ -481,7 +492,7 @@ class TaskPairRunner:
             self._retry.wait(max(self._resend_at - time.monotonic(), 0.0), self._time_left)
             return
         wait = min(left, 0.1)
-        if self._resend:
+        if self._resend and not self._unsent_waits():
             wait = min(wait, max(self._resend_at - time.monotonic(), 0.0))
         self.sink.wait_outcomes(wait)
 
@@ -495,16 +506,22 @@ class TaskPairRunner:
 
     # -- transient failures ------------------------------------------------------------------
     def _resend_due(self, stats: EpochStats) -> None:
-        """Re-send the transient failures, in their order, once their backoff has passed."""
-        if not self._resend or time.monotonic() < self._resend_at:
+        """Re-send the transient failures, in their order, once their backoff has passed and every
+        record put before the ones never sent has an outcome."""
+        if not self._resend or time.monotonic() < self._resend_at or self._unsent_waits():
             return
         batch, self._resend = self._resend, []
+        unsent_from, self._unsent_from = self._unsent_from, None
         stats.retries += len(batch)
         self._listeners.resending(batch)
         try:
             self.sink.put(batch)
         except RetriableError as exc:  # nothing of the batch was taken: keep it, in front
             self._resend[:0] = batch
+            if self._unsent_from is not None:
+                self._unsent_from += len(batch)
+            elif unsent_from is not None:
+                self._unsent_from = unsent_from
             self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, exc)
             return
         seq = self._seq  # acknowledged once this generation is complete
@@ -521,19 +538,44 @@ class TaskPairRunner:
             self._commit_point(committed, handler, stats)
 
     def _defer(self, batch: list[ConnectRecord], stats: EpochStats) -> None:
-        """Records polled but not taken by the sink: queued, in order, to be put before anything new."""
+        """Records polled but not taken by the sink: queued, in order, to be put before anything new
+        (and after any record put before them that fails later)."""
         if not self._resend:
             self._resend_at = time.monotonic()
-        self._resend.extend(batch)
+        self._hold_unsent(batch)
         stats.records += len(batch)
 
     def _queue_resend(self, transient: list, stats: EpochStats) -> None:
         stats.transient += len(transient)
         for reason, n in stats.count_reasons(transient).items():
             log.warning("[%s] %d record(s) not delivered, transient (re-sent, offsets held): %s", self.name, n, reason)
-        self._resend.extend(r for r, _ in transient)
-        # Raises RetriesExhaustedError once deliveries have been failing for errors.retry.timeout.
-        self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, transient[0][1])
+        failed = [r for r, e in transient if not isinstance(e, NotSentError)]
+        if failed:  # sent and failed: in the sink's report order, ahead of any record never sent
+            if self._unsent_from is None:
+                self._resend.extend(failed)
+            else:
+                self._resend[self._unsent_from:self._unsent_from] = failed
+                self._unsent_from += len(failed)
+        if len(failed) < len(transient):
+            self._hold_unsent([r for r, e in transient if isinstance(e, NotSentError)])
+        error = next((e for _, e in transient if not getattr(e, "backpressure", False)), None)
+        if error is not None:
+            # Raises RetriesExhaustedError once deliveries have been failing for errors.retry.timeout.
+            self._resend_at = time.monotonic() + self._retry.failed(_DELIVERY, error)
+        elif len(self._resend) == len(transient):  # only a full client: due once the records before are done
+            self._resend_at = time.monotonic()
+
+    def _hold_unsent(self, records: list[ConnectRecord]) -> None:
+        """Records the sink never sent, later than all it holds: re-sent once every generation with
+        records put so far is complete (``_unsent_waits``)."""
+        if self._unsent_from is None:
+            self._unsent_from = len(self._resend)
+        self._resend.extend(records)
+        self._unsent_after = self._seq if self._put else self._seq - 1
+
+    def _unsent_waits(self) -> bool:
+        """Records never sent wait while a record put before them may still fail."""
+        return self._unsent_from is not None and self._done_seq < self._unsent_after
 
     # -- commit points -------------------------------------------------------------------------
     def _close_generation(self) -> None:

@@ -51,7 +51,7 @@ from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, ConnectError, DeliveryError, RetriableError
+from connect.errors import ConfigIssue, ConnectError, DeliveryError, NotSentError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
@@ -218,6 +218,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         self._lanes: dict[tuple[str, str, int], _Lane] = {}  # (topic, broker name, queue id) -> its sends
         self._lock = threading.RLock()  # lanes: the task's thread and the client's thread (done callbacks)
         self._init_outcomes()  # (records, messages, target, queue index, gen, lane, future) from the client's thread
+        self._failed_sends = 0  # transient send failures served so far
 
     def _target(self, source_topic: str) -> _Target:
         target = self._targets.get(source_topic)
@@ -253,10 +254,17 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             if room <= 0:
                 self._send_all(batches, order)
                 batches, order = {}, []
+                failed = self._failed_sends
                 if not self._wait_for_room(self._max_pending):
-                    self._report_transient(records[i:], RetriableError(
+                    self._report_transient(records[i:], NotSentError(
                         f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
-                        f"{len(records) - i} record(s) not sent yet"))
+                        f"{len(records) - i} record(s) not sent yet", backpressure=True))
+                    return
+                if self._failed_sends != failed:
+                    # A send failed while this put waited: what it failed is re-sent first, and the
+                    # rest of the put must not reach its queue (now free again) before it.
+                    self._report_transient(records[i:], NotSentError(
+                        f"{len(records) - i} record(s) not sent yet: an earlier send failed, re-sent first"))
                     return
                 room = self._max_pending - self._pending
                 source_topic = None  # outcomes were served: a failure may have dropped a target's route
@@ -265,7 +273,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                     target = self._target(r.topic)
                 except RetriableError as exc:  # the target cannot be looked up: this record and the rest wait, in order
                     self._send_all(batches, order)
-                    self._report_transient(records[i:], exc)
+                    self._report_transient(records[i:], NotSentError(f"{len(records) - i} record(s) not sent: {exc}"))
                     return
                 except IllegalTopicName as exc:  # no RocketMQ will take it: permanent, with the fix in the message
                     report(r, exc)
@@ -409,6 +417,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             if exc is None:
                 result = fut.result()
                 if not result.ok:
+                    self._failed_sends += 1
                     self._report_transient(records, RetriableError(
                         f"{n} record(s) stored by {target.addrs[index]} without the requested flush "
                         f"({result.status}): sent again"))
@@ -421,6 +430,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                         ack(r, target.topic, label, result.queue_offset + i)
                 continue
             if isinstance(exc, RetriableError):
+                self._failed_sends += 1
                 self._report_transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))
                 self._targets = {k: t for k, t in self._targets.items() if t is not target}  # route looked up again
                 served += self._release(lane, fail=exc)

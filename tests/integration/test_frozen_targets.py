@@ -158,3 +158,39 @@ def test_pulsar_target_frozen_mid_stream_loses_nothing_and_keeps_key_order(pulsa
     _check("pulsar", {p: [index(m) for m in msgs] for p, msgs in got.items()},
            total, stats)
     assert stats["transient"] > 0, "the freeze made no send fail: nothing was tested"
+
+
+def test_kafka_to_rocketmq_target_frozen_keeps_key_order(kafka_pair, rocketmq_pair, spark, tmp_path, unique):
+    """Issue 36's case, scaled: keyed Kafka records into RocketMQ, whose sink has little room
+    (max.pending.messages) and short request timeouts, so puts run out of room, give up the rest
+    of a batch and look the route up again while earlier sends are still timing out."""
+    from confluent_kafka import Producer
+    from kafka_util import create_topic
+    from rocketmq_util import consume_all
+
+    src, _ = kafka_pair
+    _, dst = rocketmq_pair
+    topic, partitions, total = f"frozenk2r{hashlib.sha1(unique.encode()).hexdigest()[:10]}", 2, RATE * SECONDS
+    create_topic(src.bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": src.bootstrap, "linger.ms": 5})
+
+    def send(i: int) -> None:
+        producer.produce(topic, value=f"value-{i}".encode() + PAD, key=f"key-{i % 50}".encode(),
+                         partition=(i % 50) % partitions)
+        producer.poll(0)
+
+    def done() -> None:
+        assert producer.flush(30) == 0
+
+    driver = make_driver(spark, tmp_path, pair_pipeline(
+        unique, {"connector.class": "kafka", "bootstrap.servers": src.bootstrap, "topics": topic},
+        {"connector.class": "rocketmq", "namesrv.addr": dst.namesrv, "auto.create.topics": "true",
+         "request.timeout.ms": 1500, "max.pending.messages": 300, "batch.size": 50}, **EPOCHS))
+    stats = _through_a_freeze(driver, dst, _Steady(send, done, total), total)
+    by_key: dict = {}
+    for msgs in consume_all(dst, topic).values():
+        for m in msgs:
+            i = int(m.body.split(b"-")[1])
+            by_key.setdefault(i % 50, []).append(i)
+    _check("kafka->rocketmq", by_key, total, stats)
+    assert stats["transient"] > 0, "the freeze made no send fail: nothing was tested"

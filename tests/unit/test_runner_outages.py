@@ -12,7 +12,7 @@ from typing import Sequence
 
 import pytest
 
-from connect.errors import RetriableError
+from connect.errors import NotSentError, RetriableError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import SinkTask
 from connect.tasks.policy import RunnerPolicy
@@ -387,3 +387,54 @@ def test_commit_record_follows_complete_checkpoints_of_an_asynchronous_sink():
     sink.deliver()
     runner.run_epoch(3)
     assert sorted(source.committed_records) == list(range(20)), "each acknowledged record once, 3 too"
+
+
+class _LaneSink(AsyncSink):
+    """An asynchronous sink that keeps a queue's order as the RocketMQ and Kafka sinks do: a failed
+    record fails everything in flight behind it. Its put refuses the rest of one batch
+    (``NotSentError``, as a put with no room until the deadline does) from offset ``refuse_at``."""
+
+    def __init__(self, refuse_at: int):
+        super().__init__()
+        self.refuse_at: int | None = refuse_at
+
+    def put(self, records):
+        for i, r in enumerate(records):
+            if r.source_offset["offset"] == self.refuse_at:
+                self.refuse_at = None
+                super().put(records[:i])
+                for rest in records[i:]:
+                    self.context.errant_record_reporter.report(rest, NotSentError("no room until the deadline"))
+                return
+        super().put(records)
+
+    def deliver(self, count=None):
+        failed = False
+        for r, gen in self.in_flight:
+            offset = r.source_offset["offset"]
+            failed = failed or offset in self.fail_offsets
+            if failed:
+                self.fail_offsets.discard(offset)
+                self.context.errant_record_reporter.report(r, RetriableError("request timed out"))
+            else:
+                self.delivered.append(offset)
+            gen.left -= 1
+        self.in_flight = []
+
+
+def test_records_a_put_never_sent_go_out_behind_an_earlier_failure_reported_after_them():
+    # 15-19 are reported not sent at once; 12, put before them, fails only afterwards (a send that
+    # times out): 12-14 must still reach the destination before 15-19, first copies in source order.
+    sink = _LaneSink(refuse_at=15)
+    sink.fail_offsets = {12}
+    sink.on_wait = sink.deliver  # outcomes come while the runner waits to re-send 15-19
+    runner = _async_runner(sink, records=30, epoch_ms=500)
+    committed = {}
+    for epoch in range(1, 10):
+        committed.update(runner.run_epoch(epoch).offsets)
+        sink.deliver()
+        if committed.get(P0) == {"offset": 29}:
+            break
+    assert committed == {P0: {"offset": 29}}
+    firsts = list(dict.fromkeys(sink.delivered))
+    assert firsts == list(range(30)), f"first copies out of source order: {firsts}"
