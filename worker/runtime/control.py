@@ -102,7 +102,6 @@ class _Server(socketserver.ThreadingTCPServer):
         self._lock = threading.Lock()
         self._open: dict[int, _Place] = {}  # id() of the accepted socket -> its place
         self.pending: dict[int, _Place] = {}  # the same, not authenticated yet, oldest first
-        self.evicted = 0
         super().__init__(*args, **kwargs)
 
     def verify_request(self, request, client_address) -> bool:
@@ -127,7 +126,6 @@ class _Server(socketserver.ThreadingTCPServer):
         """End a pending connection (the caller holds the lock): its handler wakes to a closed socket."""
         place = self._open.pop(key)
         self.pending.pop(key, None)
-        self.evicted += 1
         try:  # the plain socket's shutdown, also under TLS: it wakes the handler, whatever it waits in
             socket.socket.shutdown(place.sock, socket.SHUT_RDWR)
         except OSError:
