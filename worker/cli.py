@@ -140,7 +140,8 @@ def run(
         try:
             progress = ProgressPrinter(quiet=quiet, redact=redactor.redact)
             executor = SparkExecutor(starting, hosting=pair_hosting, hosts=pair_hosts)
-            driver = Driver(executor, store, pipelines, control_host=host, on_epoch=progress, on_idle=progress.idle)
+            driver = Driver(executor, store, pipelines, control_host=host, control_tls=not master.startswith("local"),
+                            on_epoch=progress, on_idle=progress.idle)
         except ConnectError as exc:
             typer.echo(redactor.redact(f"error: a connector could not start: {exc}"), err=True)
             raise typer.Exit(1) from None

@@ -113,7 +113,7 @@ class _Connector:
 class Herder:
     def __init__(self, executor: Executor, stores: Stores, *, worker_id: str, resolver: Resolver | None = None,
                  metrics: Any = None, control_host: str = "127.0.0.1", idle_wait: float = 1.0,
-                 client_policy: ClientConfigPolicy = DEFAULT_POLICY):
+                 client_policy: ClientConfigPolicy = DEFAULT_POLICY, control_tls: bool = False):
         self.executor = executor
         self.client_policy = client_policy
         self.stores = stores
@@ -130,7 +130,7 @@ class Herder:
         self._stopping = threading.Event()
         self.started = threading.Event()
         self.redactor = Redactor()
-        self.control = ControlServer(control_host)
+        self.control = ControlServer(control_host, tls=control_tls)  # TLS on a cluster: specs carry credentials
         self.control.register("stop", self._stop_request)
         self.control.register("stops", self._stops_request)
         self.control.register("offsets", self._offsets_request)

@@ -26,6 +26,7 @@ from connect.errors import ConfigError, ConfigIssue
 from connect.plugins import allow_plugin_classes
 from connect.providers import secret_provider_values
 from connect.secrets import install_log_redaction
+from worker.api.authpolicy import auth_issues
 
 __all__ = ["WORKER_CONFIG", "WorkerConfig", "load_worker_config", "Worker"]
 
@@ -47,6 +48,8 @@ WORKER_CONFIG = (
     .define("rest.auth.token", Type.PASSWORD, "", "Bearer token every REST request must send (empty: none).")
     .define("rest.auth.user", Type.STRING, "", "User of HTTP basic authentication (empty: none).")
     .define("rest.auth.password", Type.PASSWORD, "", "Password of HTTP basic authentication.")
+    .define("rest.allow.unauthenticated", Type.BOOLEAN, False, "Let the REST API listen beyond loopback without "
+            "rest.auth.* (only behind a proxy that authenticates every request); refused otherwise.")
     .define("rest.tls.certfile", Type.STRING, "", "PEM certificate chain: serve HTTPS (with rest.tls.keyfile).")
     .define("rest.tls.keyfile", Type.STRING, "", "PEM private key of rest.tls.certfile.")
     .define("rest.tls.keyfile.password", Type.PASSWORD, "", "Password of an encrypted rest.tls.keyfile.")
@@ -157,6 +160,8 @@ def load_worker_config(path: str | Path | None, overrides: Mapping[str, Any] | N
         issues.append(ConfigIssue("store.kafka.bootstrap.servers", None, "required when store=kafka"))
     if not issues and values["rest.auth.user"] and not values["rest.auth.password"]:
         issues.append(ConfigIssue("rest.auth.password", None, "required with rest.auth.user (no empty passwords)"))
+    if not issues:
+        issues.extend(auth_issues(raw, values))
     if not issues and bool(values["rest.tls.certfile"]) != bool(values["rest.tls.keyfile"]):
         issues.append(ConfigIssue("rest.tls.keyfile", None, "rest.tls.certfile and rest.tls.keyfile go together"))
     if not issues and values["rest.docs.enabled"]:
@@ -273,7 +278,8 @@ class Worker:
         executor = SparkExecutor(spark, hosting=c.get("worker.pair.hosting"), hosts=c.get("worker.pair.hosts"))
         self.metrics.watch_executor(executor)
         self.herder = Herder(executor, self.stores, worker_id=worker_id, resolver=self._resolver,
-                             metrics=self.metrics, control_host=host, client_policy=self.client_policy)
+                             metrics=self.metrics, control_host=host, client_policy=self.client_policy,
+                             control_tls=not master.startswith("local"))
         redactor = self.herder.redactor
         redactor.add(v for k, v in c.raw.items() if v and WORKER_CONFIG.is_secret(k))
         install_log_redaction(redactor)

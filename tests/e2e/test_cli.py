@@ -246,3 +246,43 @@ def test_pulsar_kill_9_mid_stream_then_restart_loses_nothing(pulsar_pair, tmp_pa
     assert code == 0, (tmp_path / "second.log").read_text()
     values = [m.data() for msgs in mirrored.values() for m in msgs]
     assert set(values) == {f"value-{i}".encode() for i in range(n)}  # 0 lost
+
+
+def _listener() -> tuple[int, list[bytes]]:
+    """A socket server that records what each connection sends (then closes it)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def serve():
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                conn.settimeout(5)
+                try:
+                    received.append(conn.recv(65536))
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1], received
+
+
+def test_a_rest_json_planted_in_a_world_writable_data_dir_gets_no_credentials(tmp_path):
+    """Issue 35: `connect connectors --data-dir DIR` sent `Authorization: Bearer ...` to whatever URL a
+    rest.json in DIR named. A file in a directory others can write is refused, naming why."""
+    port, received = _listener()
+    data = tmp_path / "shared"
+    data.mkdir()
+    os.chmod(data, 0o777)
+    _write(data / "rest.json", {"url": f"http://127.0.0.1:{port}", "pid": 1, "worker_id": "w", "started_at": 1.0,
+                                "generation": 1})
+    result = _cli("connectors", "list", "--data-dir", str(data), "--token", "t0ken-canary")
+    time.sleep(0.5)
+    assert not any(b"Authorization" in r or b"t0ken-canary" in r for r in received), received
+    assert received == []
+    assert result.returncode == 2, result.stderr
+    assert "refusing" in result.stderr and "writable by its group or by others" in result.stderr
+    assert "--url" in result.stderr and "t0ken-canary" not in result.stderr

@@ -139,3 +139,84 @@ def test_sigterm_ends_within_one_epoch_with_exit_0_and_a_commit(kafka_pair, spar
     assert len({m.value() for m in got}) >= committed  # everything committed really arrived
     print(f"SIGTERM ({'group' if group else 'process'}, {'relative' if relative else 'absolute'} dir): "
           f"exit 0 after {elapsed:.1f} s, {committed} committed")
+
+
+def _listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (Linux /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _tls_subject(port: int) -> str | None:
+    """The common name of the certificate a TLS server on ``port`` shows; None if it speaks no TLS."""
+    import socket
+    import ssl
+
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(raw) as tls:
+            der = tls.getpeercert(binary_form=True)
+    except OSError:
+        return None
+    return x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+
+
+def _plain_hello_answer(port: int) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"AUTH " + b"0" * 32 + b"\n")
+        try:
+            return s.recv(4096)
+        except OSError:
+            return b""
+
+
+def test_executors_reach_the_driver_over_tls_and_plain_text_gets_nothing(kafka_pair, spark_cluster, tmp_path, unique):
+    """Issue 35: on a cluster the control channel carried the run's secret and the pickled specs (resolved
+    credentials) in clear. Now it is TLS with a per-run certificate the executors pin: records still
+    flow through executors that share nothing with the driver but the network, and the driver's control
+    ports answer a plain-text hello with nothing (a plain server answers "wrong secret")."""
+    src, dst = kafka_pair
+    topic, parts, n = f"tls-{unique}", 2, 4_000
+    create_topic(src.bootstrap, topic, parts)
+    produce(src.bootstrap, topic, n, parts)
+    data = tmp_path / "data"
+    log = tmp_path / "run.log"
+    proc = _start(spark_cluster, _config(tmp_path / "c.json", unique, src.bootstrap, dst.bootstrap, topic), str(data),
+                  log, cwd=tmp_path)
+    try:
+        _wait_committed(proc, data, n, log)
+        ports = _listening_ports(proc.pid)
+        subjects = {port: _tls_subject(port) for port in ports}
+        control_ports = [p for p, cn in subjects.items() if cn == "connect-bridge control channel"]
+        answers = {port: _plain_hello_answer(port) for port in ports}
+        elapsed = _stop(proc, group=False)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert not [p for p, a in answers.items() if b"wrong secret" in a], f"a plain-text control port: {answers}"
+    assert len(control_ports) >= 2, f"the driver's control and hosting ports should speak TLS: {subjects}"
+    assert all(not answers[p] or answers[p][:1] == b"\x15" for p in control_ports), answers  # nothing, or a TLS alert
+    got = consume_all(dst.bootstrap, f"cl.{topic}", range(parts), n, timeout=60)
+    assert len({m.value() for m in got}) == n
+    print(f"cluster over TLS: {n} records through the executors, control ports {sorted(control_ports)}, "
+          f"stop took {elapsed:.1f} s")

@@ -157,3 +157,27 @@ def test_worker_killed_9_restarts_every_connector_in_its_target_state_and_loses_
         assert second.wait(60) == 0, log.read_text()[-3000:]
     finally:
         _kill_group(second)
+
+
+@pytest.mark.parametrize("settings, env, named", [
+    ({"rest.host": "127.0.0.1", "rest.auth.token": "${env:CONNECT_TOKEN}"}, {"CONNECT_TOKEN": ""}, "rest.auth.token"),
+    ({"rest.host": "0.0.0.0"}, {}, "rest.allow.unauthenticated"),
+], ids=["empty-token", "all-interfaces-without-auth"])
+def test_a_worker_that_would_fail_open_refuses_to_start(tmp_path, settings, env, named):
+    """Issue 35: CONNECT_TOKEN="" gave a worker with authentication off, on 0.0.0.0 in the Kubernetes
+    example. Now it exits 2 naming the key, and nothing listens."""
+    port = _free_port()
+    conf = tmp_path / "worker.json"
+    conf.write_bytes(orjson.dumps({**settings, "rest.port": port, "data.dir": str(tmp_path / "data")}))
+    log = tmp_path / "worker.log"
+    proc = subprocess.Popen([*CLI, "worker", "start", "--config", str(conf)], stdout=open(log, "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **env})
+    try:
+        code = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise AssertionError(f"the worker started:\n{log.read_text()[-2000:]}") from None
+    assert code == 2, log.read_text()
+    assert named in log.read_text()
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)

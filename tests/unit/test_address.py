@@ -46,3 +46,47 @@ def test_the_address_is_never_written_through_a_symlink(tmp_path):
     with pytest.raises(OSError):
         record_start(tmp_path / "data", scheme="http", host="127.0.0.1", port=1, worker_id="w")
     assert target.read_text() == "keep"
+
+
+def _plant(directory, url: str = "http://127.0.0.1:1"):
+    (directory / ADDRESS_FILE).write_bytes(orjson.dumps({"url": url, "pid": 1, "worker_id": "w", "started_at": 1.0,
+                                                         "generation": 1}))
+
+
+def test_a_document_others_could_have_written_is_refused_naming_why(tmp_path):
+    from worker.api.address import UntrustedAddressFile
+
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    _plant(open_dir)
+    os.chmod(open_dir, 0o777)
+    with pytest.raises(UntrustedAddressFile, match="its directory .* writable by its group or by others"):
+        read_address(open_dir)
+    own = tmp_path / "own"
+    own.mkdir(mode=0o700)
+    _plant(own)
+    os.chmod(own / ADDRESS_FILE, 0o666)
+    with pytest.raises(UntrustedAddressFile, match="refusing .*rest.json: it is writable"):
+        read_address(own)
+    os.chmod(own / ADDRESS_FILE, 0o600)
+    assert read_address(own).url == "http://127.0.0.1:1"
+
+
+def test_a_symlinked_document_or_a_host_name_url_is_refused(tmp_path):
+    from worker.api.address import UntrustedAddressFile
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _plant(elsewhere)
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    os.symlink(elsewhere / ADDRESS_FILE, data / ADDRESS_FILE)
+    with pytest.raises(UntrustedAddressFile, match="symbolic link"):
+        read_address(data)
+    os.unlink(data / ADDRESS_FILE)
+    _plant(data, "https://attacker.example:8083")
+    with pytest.raises(UntrustedAddressFile, match="not http\\(s\\) to a loopback or IP address"):
+        read_address(data)
+    for url in ("http://localhost:8083", "https://[::1]:1", "http://10.0.0.7:8083"):
+        _plant(data, url)
+        assert read_address(data).url == url

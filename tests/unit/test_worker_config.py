@@ -66,3 +66,24 @@ def test_worker_start_with_a_bad_config_exits_2_naming_the_key(tmp_path):
     assert "rest.prot" in result.output
     missing = CliRunner().invoke(app, ["worker", "start", "--config", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "cannot read" in missing.output
+
+
+def test_a_set_but_empty_credential_is_a_start_up_error_naming_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONNECT_TOKEN", "")
+    with pytest.raises(ConfigError, match=r"rest.auth.token.*set but empty"):
+        load_worker_config(write(tmp_path, {"rest.auth.token": "${env:CONNECT_TOKEN}"}))
+    monkeypatch.setenv("CONNECT_PASSWORD", " ")
+    with pytest.raises(ConfigError, match=r"rest.auth.password.*set but empty"):
+        load_worker_config(write(tmp_path, {"rest.auth.user": "admin", "rest.auth.password": "${env:CONNECT_PASSWORD}"}))
+    assert load_worker_config(write(tmp_path, {})).get("rest.auth.token") == ""  # not set: no token, on loopback
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "worker.example"])
+def test_beyond_loopback_without_authentication_refuses_unless_declared(tmp_path, host):
+    with pytest.raises(ConfigError, match=r"rest.host.*rest.allow.unauthenticated=true") as err:
+        load_worker_config(write(tmp_path, {"rest.host": host}))
+    assert host not in str(err.value).replace(str(tmp_path), "")
+    assert load_worker_config(write(tmp_path, {"rest.host": host, "rest.allow.unauthenticated": True}))
+    assert load_worker_config(write(tmp_path, {"rest.host": host, "rest.auth.token": "t0ken-value"}))
+    for loopback in ("127.0.0.1", "::1", "localhost"):
+        assert load_worker_config(write(tmp_path, {"rest.host": loopback}))

@@ -21,24 +21,34 @@ writing leaves the previous document, never half of one. A document that does no
 something else) is reported as such by :func:`read_address` and replaced at the next start. A
 wildcard listen address (``0.0.0.0``, ``::``) is written as the loopback address of its family,
 which is where a client on the same host reaches it.
+
+The CLI sends its credentials to the URL it reads, so :func:`read_address` trusts the document only
+when nobody but this user (or root) could have written it or its directory, and only for a loopback
+or IP-literal URL; anything else needs ``--url``.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import orjson
 
 from connect.errors import ConnectError
 from connect.files import private_dir
+from worker.api.authpolicy import is_loopback
 
-__all__ = ["ADDRESS_FILE", "WorkerAddress", "record_start", "read_address"]
+__all__ = ["ADDRESS_FILE", "WorkerAddress", "record_start", "read_address", "UntrustedAddressFile"]
 
 ADDRESS_FILE = "rest.json"
+_MAX_DOCUMENT = 64 << 10  # a worker writes about 150 bytes
 
 
 @attrs.frozen
@@ -92,11 +102,57 @@ def record_start(data_dir: str | os.PathLike, *, scheme: str, host: str, port: i
     return address
 
 
+class UntrustedAddressFile(ConnectError):
+    """``rest.json`` exists but is not one the CLI may send credentials to; the message says why."""
+
+
+def _check_owner(what: str, st: os.stat_result) -> str | None:
+    """Why a file or directory with this status could have been written by someone else; None if it could not."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"{what} is owned by uid {st.st_uid}, neither you (uid {os.geteuid()}) nor root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _read_trusted(directory: Path) -> bytes:
+    """The bytes of ``directory/rest.json`` when it and its directory can only have been written by
+    this user (or root): both owned by us or root and not group- or world-writable, the file a
+    regular file opened without following a symlink (checked on the open descriptors, so nothing can
+    be swapped between the check and the read)."""
+    path = directory / ADDRESS_FILE
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        why = _check_owner(f"its directory {directory}", os.fstat(dir_fd))
+        if why is not None:
+            raise UntrustedAddressFile(f"refusing {path}: {why}, so anyone could have planted it; give --url")
+        try:
+            fd = os.open(ADDRESS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UntrustedAddressFile(f"refusing {path}: it is a symbolic link (never followed); give --url") from None
+            raise
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        why = "it is not a regular file" if not stat.S_ISREG(st.st_mode) else _check_owner("it", st)
+        if why is not None:
+            raise UntrustedAddressFile(f"refusing {path}: {why}; give --url")
+        return os.read(fd, _MAX_DOCUMENT)
+    finally:
+        os.close(fd)
+
+
 def read_address(data_dir: str | os.PathLike) -> WorkerAddress:
-    """The address a worker wrote into ``data_dir``; ConnectError saying what is wrong otherwise."""
+    """The address a worker wrote into ``data_dir``; ConnectError saying what is wrong otherwise.
+
+    The CLI sends its credentials to this URL, so the document is used only when nobody else could
+    have written it (:func:`_read_trusted`) and its URL's host is loopback or an IP literal (a name
+    could resolve anywhere): :class:`UntrustedAddressFile` otherwise."""
     path = Path(data_dir) / ADDRESS_FILE
     try:
-        doc = orjson.loads(path.read_bytes())
+        doc = orjson.loads(_read_trusted(Path(data_dir)))
     except FileNotFoundError:
         raise ConnectError(f"{path} does not exist: no worker has started with data directory {data_dir} "
                            "(connect worker start --data-dir ...), or give --url") from None
@@ -105,8 +161,21 @@ def read_address(data_dir: str | os.PathLike) -> WorkerAddress:
     except orjson.JSONDecodeError:
         raise ConnectError(f"{path} is not the JSON a worker writes; start the worker again or give --url") from None
     try:
-        return WorkerAddress(url=str(doc["url"]), pid=int(doc["pid"]), worker_id=str(doc["worker_id"]),
-                             started_at=float(doc["started_at"]), generation=int(doc["generation"]))
+        address = WorkerAddress(url=str(doc["url"]), pid=int(doc["pid"]), worker_id=str(doc["worker_id"]),
+                                started_at=float(doc["started_at"]), generation=int(doc["generation"]))
     except (KeyError, TypeError, ValueError):
         raise ConnectError(f"{path} lacks url, pid, worker_id, started_at or generation; start the worker again "
                            "or give --url") from None
+    parts = urlsplit(address.url)
+    if parts.scheme not in ("http", "https") or not _ip_or_loopback(parts.hostname or ""):
+        raise UntrustedAddressFile(f"refusing {path}: its URL is not http(s) to a loopback or IP address (a host "
+                                   "name could lead anywhere); give --url")
+    return address
+
+
+def _ip_or_loopback(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return is_loopback(host)
+    return True

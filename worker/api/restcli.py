@@ -125,10 +125,12 @@ def _worker_url(url: str | None, data_dir: Path | None) -> str:
     if data_dir is None:
         return DEFAULT_URL
     from connect.errors import ConnectError
-    from worker.api.address import read_address
+    from worker.api.address import UntrustedAddressFile, read_address
 
     try:
         return read_address(data_dir).url
+    except UntrustedAddressFile as exc:  # nothing is sent to where it points
+        raise _usage_error(str(exc)) from None
     except ConnectError as exc:
         typer.echo(f"cannot find the worker: {exc}", err=True)
         raise typer.Exit(EXIT_UNREACHABLE) from None

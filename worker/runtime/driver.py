@@ -392,7 +392,7 @@ def unwanted_pairs(pairs: Sequence[Sequence], runtime_of: Callable[[str], Pipeli
 class Driver:
     def __init__(self, executor: Executor, store: OffsetStore, pipelines: Sequence[PipelineConfig], *,
                  on_epoch: OnEpoch | None = None, on_idle: Callable[[PipelineRuntime], None] | None = None,
-                 control_host: str = "127.0.0.1"):
+                 control_host: str = "127.0.0.1", control_tls: bool = False):
         self.executor = executor
         self.store = store
         self.on_epoch = on_epoch
@@ -400,7 +400,7 @@ class Driver:
         self.run_id = uuid.uuid4().hex
         self.stop_event = threading.Event()
         self._report_lock = threading.Lock()
-        self.control = ControlServer(control_host)
+        self.control = ControlServer(control_host, tls=control_tls)  # TLS on a cluster: specs carry credentials
         self.control.register("stop", lambda _request: self.stop_event.is_set())
         self.control.register("stops", lambda request: list(request.get("connectors", ())) if self.stop_event.is_set()
                               else [])

@@ -90,11 +90,12 @@ class HostPool:
     address of the driver it runs for (offsets, stop flags)."""
 
     @classmethod
-    def acquire(cls, app: Any, sc_of: Callable[[], Any], bind: str, max_hosts: Callable[[], int]) -> HostPool:
+    def acquire(cls, app: Any, sc_of: Callable[[], Any], bind: str, max_hosts: Callable[[], int], *,
+                tls: bool = False) -> HostPool:
         with _POOLS_LOCK:
             pool, users = _POOLS.get(id(app), (None, 0))
             if pool is None or pool._closed:
-                pool, users = cls(sc_of, None, max_hosts, bind=bind), 0
+                pool, users = cls(sc_of, None, max_hosts, bind=bind, tls=tls), 0
             _POOLS[id(app)] = (pool, users + 1)
             pool._app_key = id(app)
             return pool
@@ -112,9 +113,9 @@ class HostPool:
         self.close()
 
     def __init__(self, sc_of: Callable[[], Any], control_of: Callable[[], ControlAddress | None] | None,
-                 max_hosts: Callable[[], int], *, bind: str | None = None):
+                 max_hosts: Callable[[], int], *, bind: str | None = None, tls: bool = False):
         self._sc_of = sc_of
-        self._server = ControlServer(bind) if bind is not None else None
+        self._server = ControlServer(bind, tls=tls) if bind is not None else None
         if self._server is not None:
             self.register(self._server)
         self._control_of = (lambda: self._server.address) if control_of is None else control_of

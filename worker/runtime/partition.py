@@ -421,7 +421,7 @@ def _delegate(home: ControlAddress, spec: TaskPairSpec, control: ControlAddress 
     """
     from pyspark import cloudpickle  # classes defined in tests or notebooks travel by value
 
-    host, port, secret = home
+    host, port, secret = home[:3]  # loopback, on this host: plain
     try:
         sock = socket.create_connection((host, port), timeout=2.0)
     except OSError as exc:

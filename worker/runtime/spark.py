@@ -357,7 +357,8 @@ class SparkExecutor:
         """Serve claims on the driver's control channel."""
         server.register("claim", self.claims.claim)
         if self.hosting == "shared" and self.pool is None:
-            self.pool = HostPool.acquire(self._spark, lambda: self.sc, server.address[0], self._max_hosts)
+            self.pool = HostPool.acquire(self._spark, lambda: self.sc, server.address[0], self._max_hosts,
+                                         tls=server.tls)
         self.control = server.address
 
     def run(self, specs: Sequence[TaskPairSpec], description: str = "epoch", pool: str | None = None
