@@ -18,11 +18,37 @@ from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.api.restcli import app as connectors_app
+from worker.devbrokers import app as dev_app
 from worker.pipeline import PipelineConfig, load_pipeline_file
 from worker.replication.replicatorcli import app as replicators_app
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Help is click's plain layout (rich_markup_mode=None, every app here): rich's option table cuts
+# long option names ("--client-config-po…") to fit 80 columns; click wraps the text instead.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ.")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("connect-bridge")
+    except metadata.PackageNotFoundError:  # a source checkout that was not pip-installed
+        from connect import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"connect-bridge {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ."""
 
 
 _POLICY_HELP = ("Client config override policy: default refuses client settings that load code or name files "
@@ -152,11 +178,12 @@ def run(
     raise typer.Exit(code)
 
 
-worker_app = typer.Typer(add_completion=False, no_args_is_help=True,
+worker_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                          help="The long-lived worker service (REST API shaped like Kafka Connect's).")
 app.add_typer(worker_app, name="worker")
 app.add_typer(connectors_app, name="connectors")
 app.add_typer(replicators_app, name="replicators")
+app.add_typer(dev_app, name="dev")
 
 
 @worker_app.command("start")
