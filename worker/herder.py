@@ -49,6 +49,7 @@ from worker.runtime.control import ControlServer
 from worker.runtime.driver import Executor, PipelineRuntime, close_executor, connector_turn, unwanted_pairs, wait_out_bridges
 from worker.stores.store import TARGET_STATES, StoredStatus, Stores
 from worker.telemetry.lag import REFRESH_S, CommittedLag
+from worker.telemetry.topics import ActiveTopics
 
 __all__ = ["Herder", "ConnectorNotFound", "ConnectorExists", "StateConflict", "BadRequest", "PAUSED", "STOPPED",
            "UNASSIGNED", "RESTARTING"]
@@ -130,6 +131,7 @@ class Herder:
         self._stopping = threading.Event()
         self.started = threading.Event()
         self.redactor = Redactor()
+        self.active_topics = ActiveTopics()  # KIP-558's GET /connectors/{name}/topics
         self.control = ControlServer(control_host)
         self.control.register("stop", self._stop_request)
         self.control.register("stops", self._stops_request)
@@ -209,18 +211,35 @@ class Herder:
         a key that holds a reference or a secret, and no text shows a value a provider returned."""
         if not isinstance(config, dict):
             raise BadRequest(f"{path}: must be an object of string keys to string values")
+        parsed: list[PipelineConfig] = []
+
+        def parse(resolved: dict[str, str]) -> list[ConfigIssue]:
+            try:
+                parsed.append(parse_pipeline({"name": name, "config": resolved}, client_policy=self.client_policy))
+            except ConfigError as exc:
+                return list(exc.issues)
+            return []
+
+        issues = self.config_issues(config, parse)
+        if issues:
+            raise ConfigError([ConfigIssue(_json_path(i.key, path), i.value, i.message) for i in issues])
+        return parsed[0]
+
+    def config_issues(self, config: Mapping[str, str], check: Callable[[dict[str, str]], list[ConfigIssue]]
+                      ) -> list[ConfigIssue]:
+        """What creating a connector with ``config`` would refuse, as ``check`` finds it in the config
+        with its provider references resolved (fences included): the references that cannot be
+        resolved, else ``check``'s issues. Issues are keyed by config key and fit for an answer (no
+        value of a key that holds a reference or a secret, no provider value in any text). The one
+        path of ``POST /connectors`` and ``PUT /connector-plugins/.../config/validate``."""
         try:
             resolved, provided, secret_values = self._resolve(config)
         except ConfigError as exc:
-            raise ConfigError(exc.issues) from None
-        try:
-            pipeline = parse_pipeline({"name": name, "config": resolved}, client_policy=self.client_policy)
-        except ConfigError as exc:
-            hidden = {k for k, v in config.items()
-                      if k in provided or is_secret_name(k) or (isinstance(v, str) and parse_references(v))}
-            redact = Redactor([*secret_values, *(resolved[k] for k in hidden if resolved.get(k))]).redact
-            raise ConfigError([_shown_issue(i, path, hidden, redact) for i in exc.issues]) from None
-        return pipeline
+            return [ConfigIssue(_config_key(i.key), None, i.message) for i in exc.issues]
+        hidden = {k for k, v in config.items()
+                  if k in provided or is_secret_name(k) or (isinstance(v, str) and parse_references(v))}
+        redact = Redactor([*secret_values, *(resolved[k] for k in hidden if resolved.get(k))]).redact
+        return [_shown_issue(i, hidden, redact) for i in check(resolved)]
 
     # -- connector operations --------------------------------------------------------------------
     def connector_names(self) -> list[str]:
@@ -324,6 +343,7 @@ class Herder:
                 log.warning("connector %s deleted; its status rows stay in the store: %s", name, exc)
         if self.metrics is not None:
             self.metrics.remove(name)
+        self.active_topics.reset(name)
         log.info("connector %s deleted", name)
 
     def _await_retired(self, name: str) -> None:
@@ -722,6 +742,8 @@ class Herder:
                     log.debug("connector %s: lag probe: %s", c.name, exc)
 
     def _report(self, c: _Connector, results: list[EpochResult]) -> None:
+        if not c.removed:  # a deleted connector's last epoch: its topics are forgotten
+            self.active_topics.observe(c.name, results)
         if self.metrics is not None:
             for r in results:
                 self.metrics.epoch(c.name, r)
@@ -758,16 +780,19 @@ def _strings(config: Any, path: str) -> dict[str, str]:
     return out
 
 
-def _shown_issue(issue: ConfigIssue, path: str, hidden: set[str], redact: Callable[[str], str]) -> ConfigIssue:
-    """A validation issue fit for an answer: its JSON path and rule; its value only when the key
-    neither holds a reference nor a secret."""
-    key = issue.key
-    if key.startswith('$.config["') and key.endswith('"]'):
-        key = key[len('$.config["'):-2]
+def _config_key(key: str) -> str:
+    """``$.config["k"]`` as ``k``; other keys as they are."""
+    return key[len('$.config["'):-2] if key.startswith('$.config["') and key.endswith('"]') else key
+
+
+def _shown_issue(issue: ConfigIssue, hidden: set[str], redact: Callable[[str], str]) -> ConfigIssue:
+    """A validation issue fit for an answer: its key and rule; its value only when the key neither
+    holds a reference nor a secret."""
+    key = _config_key(issue.key)
     value = issue.value
     if value is not None and (key in hidden or not isinstance(value, str) or redact(value) != value):
         value = None
-    return ConfigIssue(_json_path(issue.key, path), value, redact(issue.message))
+    return ConfigIssue(key, value, redact(issue.message))
 
 
 def _json_path(key: str, base: str) -> str:
