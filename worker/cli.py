@@ -64,6 +64,13 @@ def _client_policy(policy: str, allowed_paths: str, allowed_keys: str) -> Client
         raise typer.BadParameter(str(exc), param_hint="--client-config-policy") from None
 
 
+def _log_to_stderr(quiet: bool) -> None:
+    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # py4j says "Closing down clientserver connection" at INFO whenever a gateway thread ends
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
 def _load_all(configs: List[Path], policy: ClientConfigPolicy = DEFAULT_POLICY
               ) -> tuple[list[PipelineConfig], list[ConfigError]]:
     loaded, errors = [], []
@@ -108,8 +115,7 @@ def run(
     """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair.
 
     Secret config values of every pipeline are masked in log lines, progress traces and errors."""
-    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _log_to_stderr(quiet)
     pipelines, errors = _load_all(configs, _client_policy(client_config_policy, client_allowed_paths,
                                                           client_allowed_keys))
     if errors:
@@ -197,8 +203,7 @@ def worker_start(
 ) -> None:
     """Run the worker until SIGINT/SIGTERM: submit connectors over REST (or `connect connectors ...`);
     they resume in their last state after a restart."""
-    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _log_to_stderr(quiet)
     from worker.service import load_worker_config, serve
     from worker.stores.store import DataDirLocked
 

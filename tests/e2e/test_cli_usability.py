@@ -94,3 +94,37 @@ def test_dev_brokers_names_an_unknown_kind():
     done = subprocess.run([*CLI, "dev", "brokers", "kafak"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "'kafak' is not one of kafka, pulsar, rocketmq" in done.stderr
+
+
+def test_connect_run_output_is_quiet_when_idle_and_free_of_spark_noise(kafka_pair, tmp_path, unique):
+    """Records first, then idle epochs: the idle stretch prints one line (not a line per pair and
+    a total every epoch), the total says it is cumulative, and Spark's NativeCodeLoader and
+    FairSchedulableBuilder warnings do not appear."""
+    import orjson
+    from kafka_util import create_topic, produce
+
+    src, dst = kafka_pair
+    topic = f"quiet-{unique}"
+    create_topic(src.bootstrap, topic, 2)
+    produce(src.bootstrap, topic, 300, 2)
+    config = tmp_path / "quiet.json"
+    config.write_bytes(orjson.dumps({"name": unique, "config": {
+        "source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap, "source.topics": topic,
+        "source.start.position": "earliest", "sink.connector.class": "kafka",
+        "sink.bootstrap.servers": dst.bootstrap, "sink.topic.template": "q.{topic}", "tasks.max": "2",
+        "epoch.max.ms": "400"}}))
+    done = subprocess.run([*CLI, "run", str(config), "--data-dir", str(tmp_path / "data"), "--max-epochs", "15",
+                           "--spark-conf", "spark.ui.enabled=false"], capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "NativeCodeLoader" not in out and "FairSchedulableBuilder" not in out, out
+    totals = re.findall(r"total ([\d,]+) records committed since start", out)
+    assert totals and totals[-1] == "300", out
+    for line in out.splitlines():  # a pair's line says something happened in its epoch
+        counts = re.match(r"epoch +\d+  \S+/\d+ .* moved +([\d,]+) .* acked ([\d,]+) committed ([\d,]+) ", line)
+        if counts:
+            news = ("in flight", "retrying", "started in pid", "FAILED")
+            assert any(n != "0" for n in counts.groups()) or any(w in line for w in news), line
+    assert "clientserver" not in out, out
+    idle = [line for line in out.splitlines() if ": idle since epoch" in line]
+    assert len(idle) == 1, out  # one per idle stretch (a summary each minute after that)
