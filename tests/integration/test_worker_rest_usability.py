@@ -44,12 +44,13 @@ def test_plugin_aliases_work_in_every_plugin_path(worker_factory):
 
     r = c.put("/connector-plugins/kafka/config/validate", json={
         "connector.class": "kafka", "source.bootstrap.servers": "127.0.0.1:1", "source.topics": "t",
-        "source.start.position": "sideways", "sink.bootstrap.servers": "127.0.0.1:1", "sink.topcs": "x"})
+        "source.start.position": "sideways", "sink.bootstrap.servers": "127.0.0.1:1", "sink.topcs": "x",
+        "epoch.max.ms": "-5"})  # the pair is a pipeline: its framework keys are checked as at create
     assert r.status_code == 200, r.text
     body = r.json()
     errors = _errors(body)
-    assert body["name"] == "kafka" and set(errors) == {"source.start.position", "sink.topcs"}, errors
-    assert body["error_count"] == 2
+    assert body["name"] == "kafka" and set(errors) == {"source.start.position", "sink.topcs", "epoch.max.ms"}, errors
+    assert body["error_count"] == 3
     r = c.put("/connector-plugins/KafkaSource/config/validate", json={"bootstrap.servers": "x", "topics": "t"})
     assert r.status_code == 200 and r.json()["error_count"] == 0, r.text
 

@@ -5,14 +5,16 @@ A plugin is named in a path as anywhere a connector class is named: the entry po
 or ``connectors.kafka.source:KafkaSourceConnector``), Kafka Connect's short form without
 ``Connector`` (``KafkaSource``), or the alias a pipeline writes in ``source.connector.class`` and
 ``sink.connector.class`` (``kafka``). An alias that names both a source and a sink plugin stands for
-the pair, with their keys as a pipeline config writes them: ``source.*`` and ``sink.*``.
+the pair, with their keys as a pipeline config writes them: ``source.*`` and ``sink.*``; its
+validation checks the body as the pipeline ``POST /connectors`` would create (framework keys too;
+the connector classes default to the pair's).
 
 Only listed plugins (entry points, built-ins) are found here: a path never imports a module.
 
 Validation goes through :meth:`worker.herder.Herder.config_issues`, the path ``POST /connectors``
 takes: provider references are resolved with the worker's fences (a refused ``${env:HOME}`` or
 ``${file:/etc/passwd:root}`` is an error here as it is at create), then the plugin's own rules, its
-unknown keys and the client config override policy.
+unknown keys and the client config override policy (for a pair: the pipeline's parsing, as create).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
 from connect.config import NO_DEFAULT
-from connect.errors import ConfigIssue, ConnectError
+from connect.errors import ConfigError, ConfigIssue, ConnectError
 from connect.plugins import PluginInfo, list_plugins, resolve_connector
 from connect.secrets import MASK
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.herder import BadRequest, ConnectorNotFound, Herder
+from worker.pipeline import parse_pipeline
 
 __all__ = ["plugin_routes", "find_plugin", "PluginSide"]
 
@@ -90,6 +93,14 @@ def _side_issues(side: PluginSide, config: dict[str, str], herder: Herder) -> li
     return [ConfigIssue(side.prefix + i.key, i.value, i.message) for i in issues]
 
 
+def _pipeline_issues(config: dict[str, str], herder: Herder) -> list[ConfigIssue]:
+    try:
+        parse_pipeline({"name": "validate", "config": config}, client_policy=herder.client_policy)
+    except ConfigError as exc:
+        return list(exc.issues)
+    return []
+
+
 def validate_config(herder: Herder, plugin: str, body: Any) -> dict[str, Any]:
     """Kafka Connect's ``ConfigInfos`` for ``body`` checked as a config of ``plugin``."""
     sides = find_plugin(plugin)
@@ -99,7 +110,13 @@ def validate_config(herder: Herder, plugin: str, body: Any) -> dict[str, Any]:
     if bad:
         raise BadRequest(f'$["{bad[0]}"]: must be a string, number or boolean')
     config = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in body.items()}
-    issues = herder.config_issues(config, lambda resolved: [i for s in sides for i in _side_issues(s, resolved, herder)])
+    if len(sides) > 1:  # a pipeline: exactly what POST /connectors checks, framework keys included
+        config = {k: v for k, v in config.items() if k not in ("connector.class", "name")}
+        for side in sides:
+            config.setdefault(f"{side.kind}.connector.class", side.info.name)
+        issues = herder.config_issues(config, lambda resolved: _pipeline_issues(resolved, herder))
+    else:
+        issues = herder.config_issues(config, lambda resolved: _side_issues(sides[0], resolved, herder))
     errors: dict[str, list[str]] = {}
     for issue in issues:
         errors.setdefault(issue.key, []).append(issue.message)
