@@ -79,6 +79,10 @@ def set_level(name: str, body: Any) -> list[str]:
     return sorted(targets)
 
 
+_LEVEL = {"requestBody": {"required": True, "description": "The level to set.", "content": {"application/json": {
+    "schema": {"type": "object", "required": ["level"], "properties": {"level": {"type": "string"}}}}}}}
+
+
 def logger_routes(app: FastAPI, read_body) -> None:
     """Add the three routes; ``read_body`` reads a request's JSON body (bounded, errors as 400)."""
 
@@ -90,6 +94,6 @@ def logger_routes(app: FastAPI, read_body) -> None:
     async def logger_level(logger: str):
         return {"level": _level_name(_find(logger).getEffectiveLevel())}
 
-    @app.put("/admin/loggers/{logger}")
+    @app.put("/admin/loggers/{logger}", openapi_extra=_LEVEL)
     async def put_logger_level(logger: str, request: Request):
         return set_level(logger, await read_body(request))
