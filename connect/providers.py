@@ -26,10 +26,11 @@ Built-in providers (also declared as entry points in ``pyproject.toml``):
   ``allowlist.pattern``: a regular expression the whole variable name must match.
 - ``file`` (:class:`FileConfigProvider`): ``${file:/path/to/file.properties:key}``, a Java properties
   file. Param ``allowed.paths``: comma list of directories the files must lie in (symlinks followed;
-  relative ones from the current directory; unset: any).
+  unset: any). Param ``base.dir``: where relative paths (in references and ``allowed.paths``) are
+  taken from (default: the current directory; the worker service sets its ``data.dir``).
 - ``directory`` (:class:`DirectoryConfigProvider`): ``${directory:/run/secrets:db-password}``, the
   whole content of the file ``db-password`` in that directory (Kubernetes / Docker secret mounts).
-  Params ``allowed.paths`` as above, ``trim`` (``true``: strip surrounding whitespace).
+  Params ``allowed.paths`` and ``base.dir`` as above, ``trim`` (``true``: strip surrounding whitespace).
 
 Third-party providers (a vault, a cloud key store) subclass :class:`ConfigProvider` and declare an
 entry point in the ``connect.config_providers`` group (``vault = "my_pkg.vault:VaultProvider"``),
@@ -218,22 +219,47 @@ class EnvVarConfigProvider(ConfigProvider):
         return {k: environ[k] for k in keys}
 
 
-def _allowed_paths(provider: str, params: Mapping[str, str]) -> list[str] | None:
-    """The real paths of ``allowed.paths`` (relative ones from the current directory), or None
-    when the parameter is not set (every path allowed, as Kafka's KIP-993 default)."""
+def _allowed_paths(params: Mapping[str, str], base: str | None) -> list[str] | None:
+    """The real paths of ``allowed.paths`` (relative ones from ``base``, else the current directory),
+    or None when the parameter is not set (every path allowed, as Kafka's KIP-993 default)."""
     raw = params.get("allowed.paths")
     if raw is None:
         return None
-    return [os.path.realpath(p.strip()) for p in raw.split(",") if p.strip()]
+    return [os.path.realpath(os.path.join(base or "", p.strip())) for p in raw.split(",") if p.strip()]
 
 
-def _check_allowed(allowed: list[str] | None, path: str) -> None:
-    """ConfigDataError unless ``path``, symlinks followed, lies in one of ``allowed``."""
+def _check_allowed(allowed: list[str] | None, path: str, shown: str | None = None) -> None:
+    """ConfigDataError unless ``path``, symlinks followed, lies in one of ``allowed``. The error says
+    where the path (``shown`` as written) led and what is allowed: paths are not secrets, the
+    values in the files are."""
     if allowed is None:
         return
     real = os.path.realpath(path)
     if not any(os.path.commonpath([real, root]) == root for root in allowed):
-        raise ConfigDataError(f"{path} is outside allowed.paths", denied=[_WHOLE_PATH])
+        shown = shown or path
+        where = f" (it resolves to {real})" if real != shown else ""
+        raise ConfigDataError(f"{shown}{where} is outside allowed.paths ({', '.join(allowed) or 'none'})",
+                              denied=[_WHOLE_PATH])
+
+
+class _FencedPaths:
+    """Where a file-reading provider looks: relative paths, in references and in ``allowed.paths``,
+    are taken from the ``base.dir`` param (the worker service sets its ``data.dir``), else from the
+    current directory; every path must lie in ``allowed.paths`` when that is set."""
+
+    _base: str | None = None
+    _allowed: list[str] | None = None
+
+    def _configure_paths(self, params: Mapping[str, str]) -> None:
+        base = params.get("base.dir", "").strip()
+        self._base = os.path.abspath(base) if base else None
+        self._allowed = _allowed_paths(params, self._base)
+
+    def _locate(self, path: str) -> str:
+        """``path`` (relative ones from ``base.dir``), refused unless it lies in ``allowed.paths``."""
+        full = os.path.join(self._base, path) if self._base and not os.path.isabs(path) else path
+        _check_allowed(self._allowed, full, shown=path)
+        return full
 
 
 _WHOLE_PATH = "*"  # ConfigDataError.denied: the whole path was refused by a fence
@@ -325,29 +351,27 @@ def parse_properties(text: str) -> dict[str, str]:
     return entries
 
 
-class FileConfigProvider(ConfigProvider):
+class FileConfigProvider(_FencedPaths, ConfigProvider):
     """``${file:/path/to/file.properties:key}``: a value of a Java properties file (UTF-8,
-    :func:`parse_properties`), read at each lookup. Param ``allowed.paths``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._allowed: list[str] | None = None
+    :func:`parse_properties`), read at each lookup. Params ``allowed.paths`` and ``base.dir``
+    (:class:`_FencedPaths`)."""
 
     def configure(self, params: dict[str, str]) -> None:
-        _check_params("file", params, ["allowed.paths"])
+        _check_params("file", params, ["allowed.paths", "base.dir"])
         super().configure(params)
-        self._allowed = _allowed_paths("file", params)
+        self._configure_paths(params)
 
     def get(self, path: str, keys: set[str]) -> dict[str, str]:
         if not path:
             raise ConfigDataError("the file provider needs a path: ${file:/path/to/file.properties:key}")
-        _check_allowed(self._allowed, path)
+        full = self._locate(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = Path(full).read_text(encoding="utf-8")
         except UnicodeDecodeError:
             raise ConfigDataError(f"cannot read {path}: not UTF-8 text") from None
         except OSError as exc:
-            raise ConfigDataError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+            where = "" if full == path else f" ({full})"
+            raise ConfigDataError(f"cannot read {path}{where}: {exc.strerror or type(exc).__name__}") from None
         try:
             entries = parse_properties(text)
         except ValueError as exc:
@@ -358,22 +382,21 @@ class FileConfigProvider(ConfigProvider):
         return {k: entries[k] for k in keys}
 
 
-class DirectoryConfigProvider(ConfigProvider):
+class DirectoryConfigProvider(_FencedPaths, ConfigProvider):
     """``${directory:/dir:name}``: the whole content (UTF-8) of the file ``name`` in ``/dir``, as
     Kafka's DirectoryConfigProvider. ``name`` must be a plain file name (no separator, not ``.`` or
     ``..``); with ``allowed.paths`` a file that is a symlink out of them is refused too. Params
-    ``allowed.paths`` and ``trim`` (``true`` strips surrounding whitespace; default ``false``: the
-    content exactly)."""
+    ``allowed.paths``, ``base.dir`` (:class:`_FencedPaths`) and ``trim`` (``true`` strips surrounding
+    whitespace; default ``false``: the content exactly)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._allowed: list[str] | None = None
         self._trim = False
 
     def configure(self, params: dict[str, str]) -> None:
-        _check_params("directory", params, ["allowed.paths", "trim"])
+        _check_params("directory", params, ["allowed.paths", "base.dir", "trim"])
         super().configure(params)
-        self._allowed = _allowed_paths("directory", params)
+        self._configure_paths(params)
         trim = params.get("trim", "false").strip().lower()
         if trim not in ("true", "false"):
             raise ConfigError([ConfigIssue("param.trim", params["trim"], "must be true or false")])
@@ -382,8 +405,8 @@ class DirectoryConfigProvider(ConfigProvider):
     def get(self, path: str, keys: set[str]) -> dict[str, str]:
         if not path:
             raise ConfigDataError("the directory provider needs a path: ${directory:/dir:file}")
-        _check_allowed(self._allowed, path)
-        if not os.path.isdir(path):
+        where = self._locate(path)
+        if not os.path.isdir(where):
             raise ConfigDataError(f"{path} is not a readable directory")
         values: dict[str, str] = {}
         problems: dict[str, str] = {}
@@ -392,12 +415,12 @@ class DirectoryConfigProvider(ConfigProvider):
             if key in (".", "..") or "/" in key or os.sep in key or (os.altsep and os.altsep in key):
                 problems[key] = f"{key!r} is not a plain file name"
                 continue
-            file = os.path.join(path, key)
+            file = os.path.join(where, key)
             if not os.path.isfile(file):
                 problems[key] = f"{path} has no file {key!r}"
                 continue
             try:  # a symlink in an allowed directory must not lead out of it
-                _check_allowed(self._allowed, file)
+                _check_allowed(self._allowed, file, shown=os.path.join(path, key))
             except ConfigDataError as exc:
                 problems[key] = exc.reason
                 denied.append(key)
@@ -417,7 +440,7 @@ class DirectoryConfigProvider(ConfigProvider):
 
     def store(self, path: str, values: Mapping[str, str]) -> None:
         """One file per key in directory ``path`` (created 0700; files 0600, written atomically)."""
-        _check_allowed(self._allowed, path)
+        path = self._locate(path)
         bad = [key for key in values if key in (".", "..") or "/" in key or os.sep in key or not key
                or key.endswith(".tmp")]
         if bad:  # checked before anything is written
@@ -432,7 +455,7 @@ class DirectoryConfigProvider(ConfigProvider):
             os.replace(temp, target)
 
     def remove(self, path: str) -> None:
-        _check_allowed(self._allowed, path)
+        path = self._locate(path)
         if not os.path.isdir(path):
             return
         for name in os.listdir(path):

@@ -18,11 +18,37 @@ from connect.plugins import allow_plugin_classes, list_plugins, resolve_connecto
 from connect.secrets import Redactor, install_log_redaction
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.api.restcli import app as connectors_app
+from worker.devbrokers import app as dev_app
 from worker.pipeline import PipelineConfig, load_pipeline_file
 from worker.replication.replicatorcli import app as replicators_app
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Help is click's plain layout (rich_markup_mode=None, every app here): rich's option table cuts
+# long option names ("--client-config-po…") to fit 80 columns; click wraps the text instead.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ.")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("connect-bridge")
+    except metadata.PackageNotFoundError:  # a source checkout that was not pip-installed
+        from connect import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"connect-bridge {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Cross-broker connector framework: move and replicate data between Kafka, Pulsar and RocketMQ."""
 
 
 _POLICY_HELP = ("Client config override policy: default refuses client settings that load code or name files "
@@ -38,6 +64,13 @@ def _client_policy(policy: str, allowed_paths: str, allowed_keys: str) -> Client
         return ClientConfigPolicy.from_settings(policy, allowed_keys, allowed_paths)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--client-config-policy") from None
+
+
+def _log_to_stderr(quiet: bool) -> None:
+    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # py4j says "Closing down clientserver connection" at INFO whenever a gateway thread ends
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _load_all(configs: List[Path], policy: ClientConfigPolicy = DEFAULT_POLICY, plugin_classes: str = ""
@@ -89,8 +122,7 @@ def run(
     """Run connectors standalone until SIGINT/SIGTERM, printing progress per task pair.
 
     Secret config values of every pipeline are masked in log lines, progress traces and errors."""
-    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _log_to_stderr(quiet)
     pipelines, errors = _load_all(configs, _client_policy(client_config_policy, client_allowed_paths,
                                                           client_allowed_keys), plugin_classes)
     if errors:
@@ -160,11 +192,12 @@ def run(
     raise typer.Exit(code)
 
 
-worker_app = typer.Typer(add_completion=False, no_args_is_help=True,
+worker_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                          help="The long-lived worker service (REST API shaped like Kafka Connect's).")
 app.add_typer(worker_app, name="worker")
 app.add_typer(connectors_app, name="connectors")
 app.add_typer(replicators_app, name="replicators")
+app.add_typer(dev_app, name="dev")
 
 
 @worker_app.command("start")
@@ -178,8 +211,7 @@ def worker_start(
 ) -> None:
     """Run the worker until SIGINT/SIGTERM: submit connectors over REST (or `connect connectors ...`);
     they resume in their last state after a restart."""
-    logging.basicConfig(level=logging.INFO if not quiet else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _log_to_stderr(quiet)
     from worker.service import load_worker_config, serve
     from worker.stores.store import DataDirLocked
 

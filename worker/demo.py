@@ -128,7 +128,7 @@ def read_pulsar(service_url: str, expected: dict, deadline: float, keep_going) -
 
 
 def committed_total(log: str) -> int | None:
-    """The last ``total N records committed`` that ``connect run`` printed, None before its first."""
+    """The last ``total N records committed since start`` that ``connect run`` printed, None before its first."""
     totals = re.findall(r"total ([\d,]+) records committed", log)
     return int(totals[-1].replace(",", "")) if totals else None
 

@@ -38,17 +38,18 @@ import orjson
 
 from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
 from connect.connector import ConnectorContext
-from connect.errors import ConfigError, ConnectError
+from connect.errors import ConfigError, ConfigIssue, ConnectError
 from connect.providers import mask_config
 from connect.records import partition_key
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.tasks.results import FAILED, RUNNING, EpochResult
-from worker.pipeline import PipelineConfig, check_connector_name, hide_provided, parse_pipeline
+from worker.pipeline import PipelineConfig, _json_path, check_connector_name, hide_provided, parse_pipeline
 from worker.replication.topology import flow_of, topologies, with_topology, withdrawal, withholds
 from worker.runtime.control import ControlServer
 from worker.runtime.driver import Executor, PipelineRuntime, close_executor, connector_turn, unwanted_pairs, wait_out_bridges
 from worker.stores.store import TARGET_STATES, StoredStatus, Stores
 from worker.telemetry.lag import REFRESH_S, CommittedLag
+from worker.telemetry.topics import ActiveTopics
 
 __all__ = ["Herder", "ConnectorNotFound", "ConnectorExists", "StateConflict", "BadRequest", "PAUSED", "STOPPED",
            "UNASSIGNED", "RESTARTING"]
@@ -130,6 +131,7 @@ class Herder:
         self._stopping = threading.Event()
         self.started = threading.Event()
         self.redactor = Redactor()
+        self.active_topics = ActiveTopics()  # KIP-558's GET /connectors/{name}/topics
         self.control = ControlServer(control_host, tls=control_tls)  # TLS on a cluster: specs carry credentials
         self.control.register("stop", self._stop_request)
         self.control.register("stops", self._stops_request)
@@ -209,15 +211,33 @@ class Herder:
         a key that holds a reference or a secret, and no text shows a value a provider returned."""
         if not isinstance(config, dict):
             raise BadRequest(f"{path}: must be an object of string keys to string values")
+        parsed: list[PipelineConfig] = []
+
+        def parse(resolved: dict[str, str]) -> list[ConfigIssue]:
+            try:
+                parsed.append(parse_pipeline({"name": name, "config": resolved}, client_policy=self.client_policy))
+            except ConfigError as exc:
+                return list(exc.issues)
+            return []
+
+        issues = self.config_issues(config, parse)
+        if issues:
+            raise ConfigError([ConfigIssue(_json_path(i.key, path), i.value, i.message) for i in issues])
+        return parsed[0]
+
+    def config_issues(self, config: Mapping[str, str], check: Callable[[dict[str, str]], list[ConfigIssue]]
+                      ) -> list[ConfigIssue]:
+        """What creating a connector with ``config`` would refuse, as ``check`` finds it in the config
+        with its provider references resolved (fences included): the references that cannot be
+        resolved, else ``check``'s issues. Issues are keyed by config key and fit for an answer (no
+        value of a key that holds a reference or a secret, no provider value in any text). The one
+        path of ``POST /connectors`` and ``PUT /connector-plugins/.../config/validate``."""
         try:
             resolved, provided, secret_values = self._resolve(config)
         except ConfigError as exc:
-            raise ConfigError(exc.issues) from None
-        try:
-            pipeline = parse_pipeline({"name": name, "config": resolved}, client_policy=self.client_policy)
-        except ConfigError as exc:
-            raise ConfigError(hide_provided(exc.issues, config, resolved, provided, secret_values, path)) from None
-        return pipeline
+            return [ConfigIssue(_config_key(i.key), None, i.message) for i in exc.issues]
+        return [ConfigIssue(_config_key(i.key), i.value, i.message)
+                for i in hide_provided(check(resolved), config, resolved, provided, secret_values, None)]
 
     # -- connector operations --------------------------------------------------------------------
     def connector_names(self) -> list[str]:
@@ -321,6 +341,7 @@ class Herder:
                 log.warning("connector %s deleted; its status rows stay in the store: %s", name, exc)
         if self.metrics is not None:
             self.metrics.remove(name)
+        self.active_topics.reset(name)
         log.info("connector %s deleted", name)
 
     def _await_retired(self, name: str) -> None:
@@ -726,6 +747,8 @@ class Herder:
                     log.debug("connector %s: lag probe: %s", c.name, exc)
 
     def _report(self, c: _Connector, results: list[EpochResult]) -> None:
+        if not c.removed:  # a deleted connector's last epoch: its topics are forgotten
+            self.active_topics.observe(c.name, results)
         if self.metrics is not None:
             for r in results:
                 self.metrics.epoch(c.name, r)
@@ -760,6 +783,11 @@ def _strings(config: Any, path: str) -> dict[str, str]:
             raise BadRequest(f'{path}["{key}"]: must be a string, number or boolean, not '
                              f"{'null' if value is None else type(value).__name__}")
     return out
+
+
+def _config_key(key: str) -> str:
+    """``$.config["k"]`` as ``k``; other keys as they are."""
+    return key[len('$.config["'):-2] if key.startswith('$.config["') and key.endswith('"]') else key
 
 
 def _offset_changes(body: Any) -> dict[str, dict[str, Any] | None]:

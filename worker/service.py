@@ -186,7 +186,8 @@ def fenced_providers(config: WorkerConfig, keystore_root: str) -> dict[str, str]
     """The provider settings with the worker's fences (KIP-993) wherever the operator set none for a
     built-in provider: ``file`` and ``directory`` read only under ``<data.dir>/secrets`` (and
     ``directory`` the replicator keystore), ``env`` only :data:`DEFAULT_ENV_ALLOWLIST`. A REST caller
-    must not be able to send the worker's files or environment to a broker it chose."""
+    must not be able to send the worker's files or environment to a broker it chose. Relative paths in
+    their references are taken from ``data.dir`` too (``base.dir``), as the relative fences are."""
     raw = config.providers_config()
     names = [n.strip() for n in raw.get("config.providers", "env,file").split(",") if n.strip()]
     secrets = os.path.join(os.path.abspath(config.get("data.dir")), "secrets")
@@ -198,6 +199,8 @@ def fenced_providers(config: WorkerConfig, keystore_root: str) -> dict[str, str]
             param, value = defaults[name]
             key = f"config.providers.{name}.param.{param}"
             out[key] = data_dir_paths(config, out[key]) if key in out and param == "allowed.paths" else out.get(key, value)
+            if param == "allowed.paths":  # relative references too: ${file:secrets/db.properties:pw}
+                out.setdefault(f"config.providers.{name}.param.base.dir", os.path.abspath(config.get("data.dir")))
     return out
 
 

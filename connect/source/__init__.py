@@ -143,9 +143,23 @@ class SourceTask:
         return None
 
     def dismiss_failed_msgs(self, records: Sequence[ConnectRecord]) -> bool:
-        log.warning("%d record(s) failed to reach the sink; dismiss_failed_msgs not overridden", len(records))
+        self._no_hook("dismiss_failed_msgs")
         return False
 
     def customer_failed_msgs(self, records: Sequence[ConnectRecord]) -> bool:
-        log.warning("%d record(s) failed to reach the sink; customer_failed_msgs not overridden", len(records))
+        self._no_hook("customer_failed_msgs")
         return False
+
+    def _no_hook(self, hook: str) -> None:
+        """Say once per task (not per failed record) that ``hook`` is the default one, which keeps nothing."""
+        told = getattr(self, "_hooks_told", None)
+        if told is None:
+            told = set()
+            try:
+                self._hooks_told = told
+            except AttributeError:  # a subclass with __slots__: it says so every time
+                pass
+        if hook not in told:
+            told.add(hook)
+            log.info("%s does not override %s: failed records go on to the dead-letter topic or errors.tolerance "
+                     "(said once per task)", type(self).__name__, hook)

@@ -21,18 +21,20 @@ from typing import Any, Callable, Iterable
 
 import orjson
 from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from connect.config import NO_DEFAULT
 from connect.errors import ConfigError, ConnectError, PluginError
-from connect.plugins import list_plugins, resolve_connector
 from connect.secrets import MASK
-from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.api.docs import docs_routes, swagger_ui_files
 from worker.api.headers import SecurityHeaders
+from worker.api.requesterrors import request_error
 from worker.api.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard, check_depth
+from worker.api.routes_loggers import logger_routes
+from worker.api.routes_plugins import plugin_routes
+from worker.api.routes_topics import topic_routes
 from worker.console.model import ConsoleHistory, ConsoleViews
 from worker.console.web import CONSOLE_PREFIX, UI_PREFIX, console_routes
 from worker.herder import PAUSED, STOPPED, BadRequest, ConnectorExists, ConnectorNotFound, Herder, StateConflict
@@ -103,29 +105,6 @@ def _bool_param(request: Request, name: str, default: str = "false") -> bool:
     return value == "true"
 
 
-def _plugin_kind(name: str) -> str:
-    return "source" if name.endswith("-source") else "sink" if name.endswith("-sink") else "?"
-
-
-def _resolve_plugin(plugin: str):
-    for info in list_plugins():
-        if plugin in (info.name, info.target, info.target.rpartition(":")[2], info.target.replace(":", ".")):
-            kind = _plugin_kind(info.name)
-            if kind != "?":
-                return resolve_connector(info.target, kind), info
-    raise ConnectorNotFound(f"Unknown connector plugin {plugin}; GET /connector-plugins lists them")
-
-
-def _definition(key) -> dict[str, Any]:
-    default = None if key.default is NO_DEFAULT else key.default
-    if key.is_secret and default:
-        default = MASK
-    return {"name": key.name, "type": key.type.name, "required": key.required, "default_value":
-            None if default is None else str(default), "importance": key.importance.name,
-            "documentation": key.doc, "group": None, "width": "NONE", "display_name": key.name, "dependents": [],
-            "order": -1}
-
-
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _STATE = {"type": "string", "enum": ["RUNNING", "PAUSED", "STOPPED"]}
 
@@ -145,7 +124,6 @@ _OFFSETS = _body_schema({"type": "object", "required": ["offsets"], "properties"
     "type": "array", "items": {"type": "object", "required": ["partition", "offset"], "properties": {
         "partition": {"type": "object"}, "offset": {"type": ["object", "null"]}}}}}},
     "Offsets to set (an object) or remove (null), per source partition as GET .../offsets shows them.")
-_VALIDATE = _body_schema(_STRINGS, "A config of the plugin to check.")
 
 
 def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = None, replicators: Any = None,
@@ -192,6 +170,10 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
         if isinstance(exc, (BadRequest, PluginError)):
             return _error(400, herder.redactor.redact(str(exc)))
         return _error(500, herder.redactor.redact(str(exc)))
+
+    @app.exception_handler(RequestValidationError)  # FastAPI's 422, in Kafka Connect's shape
+    async def request_invalid(_request: Request, exc: RequestValidationError):
+        return request_error(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException):
@@ -344,60 +326,10 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
     async def reset_offsets(name: str):
         return await call(herder.reset_offsets, name)
 
-    # -- plugins ----------------------------------------------------------------------------
-    @app.get("/connector-plugins")
-    async def plugins(request: Request):
-        out = []
-        for info in list_plugins():
-            kind = _plugin_kind(info.name)
-            if kind == "?":
-                continue
-            try:
-                version = resolve_connector(info.target, kind).version()
-            except ConnectError:
-                continue
-            out.append({"class": info.target.replace(":", "."), "type": kind, "version": version, "alias": info.name})
-        if not _bool_param(request, "connectorsOnly", "true"):  # Kafka Connect's parameter
-            for t in list_transform_plugins():
-                try:
-                    version = resolve_plugin(t.kind, t.name).version()
-                except ConnectError:
-                    continue
-                out.append({"class": t.target.replace(":", "."), "type": t.kind, "version": version, "alias": t.name})
-        return out
-
-    @app.get("/connector-plugins/{plugin}/config")
-    async def plugin_config(plugin: str):
-        cls, _ = _resolve_plugin(plugin)
-        return [_definition(k) for k in cls.config_def().keys()]
-
-    @app.put("/connector-plugins/{plugin}/config/validate", openapi_extra=_VALIDATE)
-    async def validate(plugin: str, request: Request):
-        cls, info = _resolve_plugin(plugin)
-        body = await _body(request)
-        if not isinstance(body, dict):
-            raise BadRequest("$: must be an object of config keys to values")
-        return await call(_validation, cls, info, body)  # CPU-bound (user regexes): off the event loop
-
-    def _validation(cls, info, body: dict[str, Any]) -> dict[str, Any]:
-        config = {k: v for k, v in body.items() if k not in ("connector.class", "name")}
-        cdef = cls.config_def()
-        issues = list(cls.validate(config)) + list(cdef.unknown_keys(config)) + herder.client_policy.check(config)
-        errors: dict[str, list[str]] = {}
-        for issue in issues:
-            errors.setdefault(issue.key, []).append(issue.message)
-        configs = []
-        for key in cdef.keys():
-            value = config.get(key.name)
-            shown = MASK if key.is_secret and value else value
-            configs.append({"definition": _definition(key), "value": {
-                "name": key.name, "value": None if shown is None else str(shown), "recommended_values": [],
-                "errors": errors.pop(key.name, []), "visible": True}})
-        for key, messages in errors.items():  # keys nobody declares
-            configs.append({"definition": None, "value": {"name": key, "value": None, "recommended_values": [],
-                                                          "errors": messages, "visible": True}})
-        count = sum(len(c["value"]["errors"]) for c in configs)
-        return {"name": info.target.replace(":", "."), "error_count": count, "groups": ["Common"], "configs": configs}
+    # -- plugins, active topics (KIP-558), loggers (KIP-495) -----------------------------------
+    plugin_routes(app, herder, _body)
+    topic_routes(app, herder)
+    logger_routes(app, _body)
 
     if replicators is not None:
         _replicator_routes(app, replicators, metrics)

@@ -66,7 +66,7 @@ ACKED = "connect_records_acknowledged_total"
 LAG = "connect_source_lag_records"
 COMMITTED = "connect_records_committed_total"
 
-app = typer.Typer(name="connectors", add_completion=False, no_args_is_help=True,
+app = typer.Typer(name="connectors", add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Manage the connectors of a running worker over its REST API (Kafka Connect's).")
 
 

@@ -21,7 +21,7 @@ from worker.api.restcli import _command, _console, _print_json, _seg, _usage_err
 
 __all__ = ["app"]
 
-app = typer.Typer(name="replicators", add_completion=False, no_args_is_help=True,
+app = typer.Typer(name="replicators", add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="PIP-18 replicators: put a namespace's topics under replication with one command.")
 
 

@@ -58,6 +58,20 @@ LOCAL_LOOPBACK = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": 
 LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+# Shipped next to this module: the driver JVM's log configuration and its FAIR scheduler pools.
+LOG4J2_FILE = Path(__file__).with_name("log4j2.properties")
+FAIR_POOLS_FILE = Path(__file__).with_name("fairscheduler.xml")
+
+
+def _with_driver_files(settings: dict[str, str]) -> None:
+    """The shipped log configuration and pools, unless the settings name their own."""
+    settings.setdefault("spark.scheduler.allocation.file", str(FAIR_POOLS_FILE))
+    extra = settings.get("spark.driver.extraJavaOptions", "")
+    if "log4j" not in extra:
+        path = f'"{LOG4J2_FILE}"' if " " in str(LOG4J2_FILE) else str(LOG4J2_FILE)
+        settings["spark.driver.extraJavaOptions"] = f"{extra} -Dlog4j2.configurationFile={path}".strip()
+
+
 def default_master(total_task_pairs: int) -> str:
     """Local mode with a slot per task pair (pairs are I/O-bound), at least one per core."""
     return f"local[{max(total_task_pairs, os.cpu_count() or 1)}]"
@@ -122,6 +136,7 @@ def build_spark(master: str, conf: Mapping[str, str] | None = None, app_name: st
         settings.update(LOCAL_LOOPBACK)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings.update(conf or {})
+    _with_driver_files(settings)
     archive = ClassArchive.for_this_install() if SparkContext._gateway is None else None
     options = archive.java_options() if archive is not None else ""
     if options:
