@@ -17,6 +17,17 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 BROKERS = frozenset({"tansu", "pulsar-lite"})  # process names of the embedded brokers
 
+# librdkafka settings of a consumer that measures when records arrive (a benchmark's watcher).
+# librdkafka stops fetching for ``fetch.queue.backoff.ms`` (default 1000 ms) whenever the
+# consumer's local queue holds ``queued.min.messages`` (100,000; the queue of the whole consumer,
+# every partition forwards to it). A watcher that once falls that far behind a mirror (tansu answers
+# a fetch with ~47,000 records of 100 B per partition) then reads ~150,000 records, waits out the
+# second, and reads again: it measures itself, at ~150,000 msg/s with a ~0.95 s stall per cycle,
+# however fast the mirror is (issue 36: "two pairs at half the speed of one"). 1 ms keeps the
+# fetcher going as soon as the queue drains below the threshold.
+WATCHER_CONSUMER = {"enable.auto.commit": False, "fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 10,
+                    "fetch.queue.backoff.ms": 1, "topic.metadata.refresh.interval.ms": 500}
+
 
 def _stat(pid: str) -> tuple[str, list[str]] | None:
     """(process name, the fields after it) of ``/proc/<pid>/stat``; None if it is gone."""

@@ -5,9 +5,11 @@ consumer in this process reads the target topic from the start, noting when each
 
 - throughput: ``--records`` records (100 B values, 2 partitions) are produced to a fresh source
   topic, then the mirror starts; steady state = records between the 10% and 90% arrival marks
-  divided by the time between those marks. Mirrors: the raw confluent-kafka consume->produce loop
-  (``bench/e2e.py raw-loop``, the source's consumer and the sink's producer settings), `connect run` with 1 and with
-  2 task pairs. Also: seconds from launch to the first record at the target.
+  divided by the time between those marks. Mirrors (``--mirrors``): the raw confluent-kafka
+  consume->produce loop (``bench/e2e.py raw-loop``, the source's consumer and the sink's producer
+  settings), `connect run` with 1 and with 2 task pairs, each in the same round. Also: seconds from
+  launch to the first record at the target, and the longest stall inside the steady window: the
+  longest time no record arrived at all, and the longest one partition went without a record.
 - latency: a producer process writes ``--rate`` msg/s for ``--seconds`` s while the mirror runs;
   latency = arrival at the target - record timestamp (set at produce time, kept by the mirror),
   the first 5 s left out. Against the raw loop and against no mirror at all (the watcher reads
@@ -16,8 +18,11 @@ consumer in this process reads the target topic from the start, noting when each
   `connect run` process, its Spark JVM and Python workers; the raw loop's process) between the 10%
   and 90% arrival marks, divided by the records that arrived in between (``bench_util.tree_cpu``).
 
+The watcher's consumer never backs off for a full local queue (``bench_util.WATCHER_CONSUMER``):
+with librdkafka's default it measured itself, at ~150,000 msg/s, whenever it fell behind.
+
 Usage: python bench/e2e.py [--records 600000] [--rounds 3] [--rate 20000] [--seconds 25]
-       [--epoch-ms N] [--only throughput|latency]
+       [--epoch-ms N] [--only throughput|latency|cpu] [--mirrors raw,connect-1,connect-2]
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_util import tree_cpu  # noqa: E402
+from bench_util import WATCHER_CONSUMER, tree_cpu  # noqa: E402
 
 from connectors.kafka.sink import PRODUCER_DEFAULTS  # noqa: E402
 from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
@@ -46,7 +51,9 @@ from worker.embedded import EmbeddedKafka  # noqa: E402
 
 PARTITIONS = 2
 EXTRA: dict[str, str] = {}  # connector keys of every `connect run` mirror (--set)
+MIRRORS = ("raw", "connect-1", "connect-2")
 WARMUP_S = 5.0
+STALL_S = 0.1  # longest stall inside the steady window that a mirror may show (issue 36)
 
 
 # -- processes under test ------------------------------------------------------------------------
@@ -135,12 +142,12 @@ def stop(proc: subprocess.Popen) -> None:
 # -- the watcher ---------------------------------------------------------------------------------
 def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subprocess.Popen | None = None,
           latency: bool = True, probe: bool = False, cpu: dict | None = None, marks: tuple = (0.1, 0.9)):
-    """Read ``topic`` from the start until ``expected`` records arrived: [(arrival, count, [latencies ms])].
+    """Read ``topic`` from the start until ``expected`` records arrived: [(arrival, count, [latencies ms],
+    {partition: count})].
     The probe record (key ``probe``) counts only with ``probe=True``. ``cpu``: gets the CPU seconds of
     ``proc``'s process tree when 10% and 90% (``marks``) of the records had arrived (keys 0.1 and 0.9,
     with the counts then under ``("n", mark)``)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watcher", "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 10, "topic.metadata.refresh.interval.ms": 500})
+    c = Consumer({**WATCHER_CONSUMER, "bootstrap.servers": bootstrap, "group.id": "watcher"})
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     arrivals, seen = [], 0
     deadline = time.monotonic() + timeout
@@ -158,7 +165,10 @@ def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subpr
                 for mark in marks:
                     if mark not in cpu and seen >= mark * expected:
                         cpu[mark], cpu[("n", mark)] = tree_cpu(proc.pid), seen
-            arrivals.append((now, len(good), [now * 1000 - m.timestamp()[1] for m in good] if latency else ()))
+            parts: dict[int, int] = {}
+            for m in good:
+                parts[m.partition()] = parts.get(m.partition(), 0) + 1
+            arrivals.append((now, len(good), [now * 1000 - m.timestamp()[1] for m in good] if latency else (), parts))
     finally:
         c.close()
     if seen < expected:
@@ -166,14 +176,45 @@ def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subpr
     return arrivals
 
 
-def steady_rate(arrivals, total: int) -> float:
+def _marks(arrivals, total: int) -> dict[float, float]:
+    """When 10% and 90% of ``total`` had arrived."""
     marks, count = {}, 0
-    for t, n, _ in arrivals:
+    for t, n, *_ in arrivals:
         count += n
         for frac in (0.1, 0.9):
             if frac not in marks and count >= frac * total:
                 marks[frac] = t
+    return marks
+
+
+def steady_rate(arrivals, total: int) -> float:
+    marks = _marks(arrivals, total)
     return 0.8 * total / max(marks[0.9] - marks[0.1], 1e-9)
+
+
+def longest_stalls(arrivals, total: int) -> tuple[float, float]:
+    """Inside the steady window (10% to 90% of ``total`` arrived): the longest time without any
+    record arriving, and the longest time one partition went without a record (a pair that waits
+    while its sibling moves on shows only there). Seconds, from the watcher's arrival times; of a
+    gap that began before the window, the part inside it."""
+    marks = _marks(arrivals, total)
+    start, end = marks[0.1], marks[0.9]
+    overall = per_partition = 0.0
+    previous: float | None = None
+    last: dict[int, float] = {}
+    for t, n, _, parts in arrivals:
+        if not n:
+            continue
+        if start <= t <= end:
+            if previous is not None:
+                overall = max(overall, t - max(previous, start))
+            for p in parts:
+                if p in last:
+                    per_partition = max(per_partition, t - max(last[p], start))
+        previous = t
+        for p in parts:
+            last[p] = t
+    return overall, per_partition
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -183,9 +224,11 @@ def percentile(values: list[float], q: float) -> float:
 
 # -- the two measurements ------------------------------------------------------------------------
 def throughput_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, records: int, value_size: int, work: Path,
-                     epoch_ms: int | None) -> dict[str, tuple[float, float]]:
+                     epoch_ms: int | None, kinds: tuple[str, ...] = MIRRORS) -> dict[str, tuple]:
+    """Per mirror: (steady msg/s, first record after launch s, CPU us/record, longest stall s,
+    longest stall of one partition s)."""
     out = {}
-    for kind in ("raw", "connect-1", "connect-2"):
+    for kind in kinds:
         topic, target = f"tp-{rnd}-{kind}", f"tp-{rnd}-{kind}-out"
         _create(a.bootstrap, topic)
         _create(b.bootstrap, target)  # the watcher fetches from the first record on
@@ -198,9 +241,11 @@ def throughput_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, records: int,
         finally:
             stop(proc)
         us = (cpu[0.9] - cpu[0.1]) / max(cpu[("n", 0.9)] - cpu[("n", 0.1)], 1) * 1e6
-        out[kind] = (steady_rate(arrivals, records), arrivals[0][0] - launched, us)
+        stall, stall_part = longest_stalls(arrivals, records)
+        out[kind] = (steady_rate(arrivals, records), arrivals[0][0] - launched, us, stall, stall_part)
         print(f"    {kind:<10} {out[kind][0]:>10,.0f} msg/s steady, first record {out[kind][1]:.1f} s after launch, "
-              f"CPU {us:.2f} us/record", flush=True)
+              f"CPU {us:.2f} us/record, longest stall {stall * 1000:.0f} ms (one partition {stall_part * 1000:.0f} ms)",
+              flush=True)
     return out
 
 
@@ -251,9 +296,9 @@ def latency_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, secon
     for kind in ("none", "raw", "connect-1"):
         arrivals = _paced(f"lat-{rnd}-{kind}", kind, a, b, rate, seconds, value_size, work, epoch_ms)
         start = arrivals[0][0] + WARMUP_S
-        lat = [x for t, _, xs in arrivals if t >= start for x in xs]
+        lat = [x for t, _, xs, _ in arrivals if t >= start for x in xs]
         per_second: dict[int, list[float]] = {}
-        for t, _, xs in arrivals:
+        for t, _, xs, _ in arrivals:
             if t >= start:
                 per_second.setdefault(int(t - start), []).extend(xs)
         out[kind] = {"p50": percentile(lat, 0.5), "p95": percentile(lat, 0.95), "p99": percentile(lat, 0.99),
@@ -284,6 +329,32 @@ def _span(values: list[float], fmt: str) -> str:
     return f"median {format(statistics.median(values), fmt)} (range {format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
+def _ratio_line(label: str, values: list[float], note: str = "") -> None:
+    print(f"{label:<35}{_span(values, '.2f')}   per round: {', '.join(f'{x:.2f}' for x in values)}{note}")
+
+
+def throughput_summary(thr: list[dict[str, tuple]], kinds: tuple[str, ...]) -> None:
+    """The ratios of the throughput rounds (those whose mirrors ran), then each mirror's figures."""
+    pairs = [("1 pair / raw loop", "connect-1", "raw"), ("2 pairs / 1 pair", "connect-2", "connect-1")]
+    for label, top, bottom in pairs:
+        if top in kinds and bottom in kinds:
+            _ratio_line(f"steady state, {label}:", [r[top][0] / r[bottom][0] for r in thr],
+                        "   (target >= 1.0)" if top == "connect-2" else "")
+    for label, top, bottom in pairs:
+        if top in kinds and bottom in kinds:
+            _ratio_line(f"CPU per record, {label}:", [r[top][2] / r[bottom][2] for r in thr],
+                        f"   (target <= {1.25 if bottom == 'raw' else 1.05})")
+    for kind in kinds:
+        print(f"{kind:<10} msg/s {_span([r[kind][0] for r in thr], ',.0f')}, first record after launch "
+              f"{_span([r[kind][1] for r in thr], '.1f')} s, CPU {_span([r[kind][2] for r in thr], '.2f')} "
+              "us/record")
+    for kind in kinds:
+        worst, worst_part = max(r[kind][3] for r in thr), max(r[kind][4] for r in thr)
+        flag = "" if worst <= STALL_S else f"   OVER {STALL_S * 1000:.0f} ms"
+        print(f"{kind:<10} longest stall inside the steady window {worst * 1000:.0f} ms (worst round), "
+              f"one partition {worst_part * 1000:.0f} ms{flag}")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "raw-loop":
         return raw_loop(*sys.argv[2:6])
@@ -302,7 +373,12 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a connector key of every `connect run` mirror, e.g. source.poll.batch.size=5000")
     ap.add_argument("--only", choices=["throughput", "latency", "cpu"])
+    ap.add_argument("--mirrors", default=",".join(MIRRORS),
+                    help=f"the mirrors of the throughput rounds, in this order (of {', '.join(MIRRORS)})")
     args = ap.parse_args()
+    kinds = tuple(k for k in args.mirrors.split(",") if k)
+    if not kinds or set(kinds) - set(MIRRORS):
+        ap.error(f"--mirrors: a comma-separated list of {', '.join(MIRRORS)}, not {args.mirrors!r}")
     EXTRA.update(kv.split("=", 1) for kv in args.set)
     records = args.records - args.records % PARTITIONS
     with EmbeddedKafka() as a, EmbeddedKafka() as b, tempfile.TemporaryDirectory() as tmp:
@@ -315,26 +391,13 @@ def main() -> None:
                                              args.epoch_ms))
             if args.only in (None, "throughput"):
                 print(f"round {rnd + 1}: throughput, {records:,} records", flush=True)
-                thr.append(throughput_round(rnd, a, b, records, args.value_size, work, args.epoch_ms))
+                thr.append(throughput_round(rnd, a, b, records, args.value_size, work, args.epoch_ms, kinds))
             if args.only in (None, "latency"):
                 print(f"round {rnd + 1}: latency at {args.rate:,} msg/s for {args.seconds} s", flush=True)
                 lat.append(latency_round(rnd, a, b, args.rate, args.seconds, args.value_size, work, args.epoch_ms))
     print()
     if thr:
-        one = [r["connect-1"][0] / r["raw"][0] for r in thr]
-        two = [r["connect-2"][0] / r["connect-1"][0] for r in thr]
-        print(f"steady state, 1 pair / raw loop:   {_span(one, '.2f')}   per round: {', '.join(f'{x:.2f}' for x in one)}")
-        print(f"steady state, 2 pairs / 1 pair:    {_span(two, '.2f')}   per round: {', '.join(f'{x:.2f}' for x in two)}")
-        cpu_one = [r["connect-1"][2] / r["raw"][2] for r in thr]
-        cpu_two = [r["connect-2"][2] / r["connect-1"][2] for r in thr]
-        print(f"CPU per record, 1 pair / raw loop: {_span(cpu_one, '.2f')}   per round: "
-              f"{', '.join(f'{x:.2f}' for x in cpu_one)}   (target <= 1.25)")
-        print(f"CPU per record, 2 pairs / 1 pair:  {_span(cpu_two, '.2f')}   per round: "
-              f"{', '.join(f'{x:.2f}' for x in cpu_two)}   (target <= 1.05)")
-        for kind in ("raw", "connect-1", "connect-2"):
-            print(f"{kind:<10} msg/s {_span([r[kind][0] for r in thr], ',.0f')}, first record after launch "
-                  f"{_span([r[kind][1] for r in thr], '.1f')} s, CPU {_span([r[kind][2] for r in thr], '.2f')} "
-                  "us/record")
+        throughput_summary(thr, kinds)
     if paced:
         one = [r["connect-1"] / r["raw"] for r in paced]
         two = [r["connect-2"] / r["connect-1"] for r in paced]

@@ -48,7 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_util import _stat  # noqa: E402
+from bench_util import WATCHER_CONSUMER, _stat  # noqa: E402
 from e2e import stop  # noqa: E402
 
 from worker.embedded import EmbeddedKafka  # noqa: E402
@@ -373,8 +373,7 @@ def busy_run(idle_n: int, records: int, src: EmbeddedKafka, dst: EmbeddedKafka, 
             if idle_topics:
                 create_connectors(http, [(f"idle{i}", t) for i, t in enumerate(idle_topics)], src, dst, args)
                 time.sleep(5)
-            c = Consumer({"bootstrap.servers": dst.bootstrap, "group.id": f"busy-{time.time()}",
-                          "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 500})
+            c = Consumer({**WATCHER_CONSUMER, "bootstrap.servers": dst.bootstrap, "group.id": f"busy-{time.time()}"})
             c.assign([TopicPartition(f"copy.{busy}", 0, 0)])
             threading.Thread(target=create_connectors, args=(http, [("busy", busy)], src, dst, args),
                              daemon=True).start()

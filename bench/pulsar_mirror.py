@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_util import fill_kafka, timed_epoch  # noqa: E402
 
+from connectors.kafka.source import CONSUMER_DEFAULTS  # noqa: E402
 from worker.embedded import EmbeddedKafka, EmbeddedPulsar  # noqa: E402
 from worker.runtime.spark import build_spark  # noqa: E402
 
@@ -82,8 +83,9 @@ def raw_from_kafka(src: str, dst: str, topic: str, target: str, records: int) ->
     from confluent_kafka import Consumer, TopicPartition
 
     t0 = time.perf_counter()
-    consumer = Consumer({"bootstrap.servers": src, "group.id": "raw", "enable.auto.commit": False,
-                         "queued.max.messages.kbytes": 32768, "fetch.wait.max.ms": 100})
+    # the source's consumer settings (fetch.queue.backoff.ms among them: the default pauses a
+    # consumer that reads a backlog for a second at a time)
+    consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": src, "group.id": "raw"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     client = pulsar.Client(dst, logger=QUIET)
     producer = _producer(client, target)

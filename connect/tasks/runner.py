@@ -193,6 +193,9 @@ class TaskPairRunner:
         self._acked_ts: dict[str, int] = {}  # partition key -> timestamp of its newest acknowledged record
         self._carry: _Carry | None = None  # the next epoch, opened by ``pump``
         self._halt = threading.Event()  # set by ``halt``: moving stops at the next batch
+        self._lease_lock = threading.Lock()  # ``renew_pump`` (another thread) against ``pump``
+        self._lease = 0.0  # the latest lease asked for the pump after the last epoch (monotonic)
+        self._pumping = False
         self._pumpable = False  # the last epoch moved records cleanly: the next may start early
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
@@ -239,6 +242,7 @@ class TaskPairRunner:
         max_ms = p.epoch_max_ms if max_ms is None else max_ms
         max_records = p.epoch_max_records if max_records is None else max_records
         self._halt.clear()
+        self._lease = 0.0
         carry, self._carry = self._carry or self._open_epoch(), None
         stats, handler, committed, started = carry.stats, carry.handler, carry.committed, carry.started
         end_polling = time.monotonic() + max_ms / 1000
@@ -327,14 +331,18 @@ class TaskPairRunner:
         of records and the offsets it returns. Nothing is committed meanwhile, so a process lost
         during a pump replays it like any epoch in progress. The caller runs it while no epoch
         runs (the pair's lock), and ``halt()`` gives the pair back at the next batch (at most one
-        source poll's wait). Not once a stop was requested (a stop drains in an epoch of its own)."""
+        source poll's wait). Not once a stop was requested (a stop drains in an epoch of its own).
+        ``renew_pump`` extends ``until`` while it runs."""
         if not self._pumpable or self._resend or self._halt.is_set() or self._stop_requested():
             return
         if self._carry is None:
             self._carry = self._open_epoch()
         carry = self._carry
         gc_pause()
-        self._set_deadline(until)
+        with self._lease_lock:  # a renewal that came before the pump started counts too
+            self._lease = max(self._lease, until)
+            self._pumping = True
+            self._set_deadline(self._lease)
         try:
             if not self._halt.is_set():
                 self._move(self.policy.epoch_max_records, carry.committed, carry.handler, carry.stats)
@@ -343,8 +351,20 @@ class TaskPairRunner:
         except Exception as exc:  # noqa: BLE001 - the next epoch reports it (FAILED, with its trace)
             carry.error = exc
         finally:
-            self._set_deadline(float("inf"))
+            with self._lease_lock:
+                self._pumping = False
+                self._set_deadline(float("inf"))
             gc_resume()
+
+    def renew_pump(self, until: float) -> None:
+        """Let the pump run until ``until`` (monotonic) if that is later than its lease (from another
+        thread; also for the pump about to start). The driver starts a connector's next epoch only
+        once every pair's result is in: a pair that ended its epoch early (its record budget)
+        would otherwise stand idle after its lease until the slowest sibling ended (issue 36)."""
+        with self._lease_lock:
+            self._lease = max(self._lease, until)
+            if self._pumping and until > self._deadline:
+                self._set_deadline(until)
 
     def halt(self) -> None:
         """Stop a ``pump`` (from another thread): its loop ends at the next batch."""

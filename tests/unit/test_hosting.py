@@ -163,3 +163,43 @@ def test_the_executor_knows_both_hostings_and_refuses_others(hosting):
     assert SparkExecutor(None, hosting=hosting).hosting == hosting
     with pytest.raises(ValueError, match="worker.pair.hosting must be one of shared, job, not 'slots'"):
         SparkExecutor(None, hosting="slots")
+
+
+def test_while_a_sibling_still_runs_the_pairs_done_are_told_to_keep_pumping_and_then_no_more():
+    """A connector's next epoch starts once every pair's result is in: a pair that ended early keeps
+    moving records (its host renews its pump, ``renew_bridge``) until the last one ended (issue 36)."""
+    import base64
+    import pickle
+    import time
+
+    from connect.tasks.policy import RunnerPolicy
+    from worker.runtime.partition import TaskPairSpec
+
+    pool = _Pool(max_hosts=2)
+    specs = [TaskPairSpec("c", i, 1, 0, "g", object, {}, object, {}, None, RunnerPolicy(), token=f"t{i}")
+             for i in range(2)]
+    got: list = []
+    running = threading.Thread(target=lambda: got.extend(pool.run(specs, None)))
+    running.start()
+    deadline = time.monotonic() + 5
+    while len(pool.hosts()) < 2 and time.monotonic() < deadline:  # placed by the running thread
+        time.sleep(0.01)
+    taken = {h: pool._work_request({"host": h, "wait": 5}) for h in ("h1", "h2")}
+    assert sorted(item["key"] for answer in taken.values() for item in answer["run"]) == ["t0", "t1"]
+    first = "h1" if taken["h1"]["run"][0]["key"] == "t0" else "h2"
+    second = "h2" if first == "h1" else "h1"
+
+    def post(host: str, task: int) -> None:
+        result = EpochResult("c", task, 1, RUNNING, {}, {}, 0.0, 1.0, token=f"t{task}")
+        assert pool._result_request({"host": host, "key": f"t{task}",
+                                     "result": base64.b64encode(pickle.dumps(result)).decode()})
+
+    post(first, 0)
+    assert pool._work_request({"host": first, "wait": 5}).get("renew") == ["c/0"]
+    assert pool._work_request({"host": first, "wait": 5}).get("renew") == ["c/0"], "renewed until the sibling ends"
+    assert "renew" not in pool._work_request({"host": second, "wait": 0.3}), "the pair still running is not"
+    post(second, 1)
+    running.join(5)
+    assert [r.task for r in got] == [0, 1]
+    pool._work_request({"host": first, "wait": 0})  # one renewal may have been queued before the last result
+    assert "renew" not in pool._work_request({"host": first, "wait": 0.5}), "the next epoch is due: no more"

@@ -767,3 +767,33 @@ def test_a_failure_in_a_pump_fails_the_next_epoch_with_its_trace(make_runner, si
     runner.pump(time.monotonic() + 1)
     result = runner.run_epoch(2)
     assert result.state == FAILED and "source exploded between epochs" in result.trace
+
+
+def test_a_renewed_pump_outlives_its_lease_and_ends_once_renewals_stop(make_runner, sink_name):
+    """The driver renews a pair's pump while a sibling of its epoch still runs (issue 36: a pair that
+    ended early stood idle until its slowest sibling ended)."""
+    import threading
+
+    class SlowSource(MemorySourceTask):
+        def poll(self):
+            time.sleep(0.005)
+            return super().poll()
+
+    runner = make_runner(source={"records": 1_000_000, "batch.size": 1}, source_task=SlowSource(),
+                         settings=make_settings(epoch_max_records=1_000_000))
+    assert runner.run_epoch(1, max_records=5).state == RUNNING  # ended early, on its record budget
+    t0 = time.monotonic()
+    runner.renew_pump(t0 + 1.0)  # a renewal may come before the pump starts: it counts
+    pumping = threading.Thread(target=runner.pump, args=(t0 + 0.2,))
+    pumping.start()
+    while time.monotonic() < t0 + 2.5:
+        runner.renew_pump(time.monotonic() + 1.0)
+        time.sleep(0.05)
+    assert pumping.is_alive(), "renewed, the pump goes on past its 0.2 s lease"
+    moved = len(runner.sink.buffer)
+    pumping.join(5)
+    assert not pumping.is_alive(), "without renewals it ends at the last lease"
+    pumped = len(runner.sink.buffer)
+    assert pumped > moved > 0
+    second = runner.run_epoch(2, max_records=pumped + 5)
+    assert second.state == RUNNING and second.stats["records"] == pumped + 5, "the pump's records are the next epoch's"

@@ -40,14 +40,15 @@ import threading
 import time
 import traceback
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_any
 from typing import Any, Callable, Sequence
 
 import attrs
 
 from connect.tasks.results import FAILED, EpochResult
 from worker.runtime.control import ControlAddress, ControlClient, ControlServer, client_for
-from worker.runtime.partition import TaskPairSpec, evict_cached, pair_id, run_task_pair_epoch
+from worker.runtime.partition import TaskPairSpec, evict_cached, pair_id, renew_bridge, run_task_pair_epoch
 
 __all__ = ["HostPool", "serve_host", "BUSY", "HOT"]
 
@@ -73,6 +74,7 @@ class _Host:
         self.running: dict[str, tuple[TaskPairSpec, Future]] = {}  # key -> its epoch, until the result
         self.pairs: set[str] = set()  # pairs placed here
         self.evict: set[str] = set()  # pairs moved away whose runners this host should stop
+        self.renew: set[str] = set()  # pairs done with their epoch whose pumps go on (a sibling runs)
         self.where: tuple[str, int] | None = None  # (hostname, pid) once it asked for work
         self.alive = True
 
@@ -143,7 +145,7 @@ class HostPool:
             if host is None or not host.alive or self._closed:
                 return {"exit": True}
             host.where = (str(request.get("hostname", "")), int(request.get("pid", 0)))
-            while not host.inbox and not host.evict and not self._closed and host.alive:
+            while not host.inbox and not host.evict and not host.renew and not self._closed and host.alive:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -153,7 +155,11 @@ class HostPool:
             run = [{"key": key, "spec": spec, "control": control} for key, spec, control in host.inbox]
             host.inbox.clear()
             evict, host.evict = sorted(host.evict), set()
-        return {"run": run, "evict": evict}
+            renew, host.renew = sorted(host.renew), set()
+        answer = {"run": run, "evict": evict}
+        if renew:
+            answer["renew"] = renew
+        return answer
 
     def _result_request(self, request: dict) -> bool:
         result = pickle.loads(base64.b64decode(request["result"]))
@@ -187,18 +193,43 @@ class HostPool:
                 host.inbox.append((key, payload, list(control) if control else None))
                 self._cond.notify_all()
             waits.append((spec, host, key, future))
-        results = []
-        for spec, host, key, future in waits:
-            p = spec.policy
-            bound = (p.epoch_max_ms + p.epoch_grace_ms) / 1000 + _RESULT_MARGIN_S
-            try:
-                results.append(future.result(timeout=bound))
-            except TimeoutError:
+        return self._results(waits)
+
+    def _results(self, waits: list[tuple[TaskPairSpec, _Host, str, Future]]) -> list[EpochResult]:
+        """The epochs' results, in the order of ``waits``. While some pairs still run, the pairs
+        already done keep moving records between epochs (their pumps' leases are renewed,
+        ``worker.runtime.partition.renew_bridge``): the connector's next epoch starts only once
+        every result is in, and a pair that ended early (its record budget) would otherwise stand
+        idle until its slowest sibling ended, a second at a time (issue 36). An epoch whose result
+        does not come within its bound is reported FAILED (retriable)."""
+        started = time.monotonic()
+        bounds = {key: started + (s.policy.epoch_max_ms + s.policy.epoch_grace_ms) / 1000 + _RESULT_MARGIN_S
+                  for s, _, key, _ in waits}
+        bridge = min((s.policy.epoch_bridge_ms for s, *_ in waits), default=0) / 1000
+        tick = max(bridge / 3, 0.05) if bridge > 0 else None  # renewals well within a lease
+        results: dict[str, EpochResult] = {}
+        while len(results) < len(waits):
+            pending = [w for w in waits if w[2] not in results]
+            left = max(min(bounds[key] for _, _, key, _ in pending) - time.monotonic(), 0.0)
+            wait_any([f for *_, f in pending], timeout=left if tick is None else min(left, tick),
+                     return_when=FIRST_COMPLETED)
+            now = time.monotonic()
+            for spec, host, key, future in pending:
+                if future.done():
+                    results[key] = future.result()
+                elif now >= bounds[key]:
+                    with self._cond:
+                        host.running.pop(key, None)
+                        self._unplace(pair_id(spec.connector, spec.task))  # its old runner may be stuck there
+                    results[key] = not_run(spec, f"no result from host {host.id} within {bounds[key] - started:.0f} s",
+                                           retriable=True)
+            if tick is not None and len(results) < len(waits):
                 with self._cond:
-                    host.running.pop(key, None)
-                    self._unplace(pair_id(spec.connector, spec.task))  # its old runner may be stuck there
-                results.append(not_run(spec, f"no result from host {host.id} within {bound:.0f} s", retriable=True))
-        return results
+                    for spec, host, key, _ in waits:
+                        if key in results and host.alive and results[key].state != FAILED:
+                            host.renew.add(pair_id(spec.connector, spec.task))
+                    self._cond.notify_all()
+        return [results[key] for _, _, key, _ in waits]
 
     def close(self) -> None:
         """Hosts end at their next request for work (their Spark jobs return)."""
@@ -384,6 +415,9 @@ def serve_host(control: ControlAddress, host_id: str) -> int:
         for pair in answer.get("evict", ()):
             connector, _, task = pair.rpartition("/")
             evict_cached(connector, int(task))
+        for pair in answer.get("renew", ()):
+            connector, _, task = pair.rpartition("/")
+            renew_bridge(connector, int(task))
         for item in answer.get("run", ()):
             spec = pickle.loads(base64.b64decode(item["spec"]))
             driver = tuple(item["control"]) if item.get("control") else None

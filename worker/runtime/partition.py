@@ -54,7 +54,7 @@ from connect.transforms.chain import TransformsConfig
 from worker.runtime.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
 __all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id",
-           "evict_cached"]
+           "evict_cached", "renew_bridge"]
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +353,8 @@ def _bridge(key: tuple[str, int], cached: _Cached, epoch: int, lease_s: float) -
     """Keep the pair moving records (``TaskPairRunner.pump``) while its result travels to the
     driver and the next epoch is scheduled: the 50-200 ms between two epochs would otherwise be a
     pause of the whole pipeline (a latency spike at every epoch boundary). The pump stops when the
-    next epoch arrives (``halt``), when the pair's connector stops, or after ``lease_s``: a pair
+    next epoch arrives (``halt``), when the pair's connector stops, or after ``lease_s`` (which the
+    driver renews while a sibling pair of the same epoch still runs, :func:`renew_bridge`): a pair
     whose next epoch runs elsewhere only replays what the pump moved (it is never committed)."""
     until = time.monotonic() + lease_s
 
@@ -372,6 +373,14 @@ def _bridge(key: tuple[str, int], cached: _Cached, epoch: int, lease_s: float) -
             lock.release()
 
     threading.Thread(target=pump, name=f"connect-bridge-{key[0]}-{key[1]}", daemon=True).start()
+
+
+def renew_bridge(connector: str, task: int) -> None:
+    """The driver still waits for a sibling of this pair's last epoch: the pair's pump (running, or
+    about to start) keeps moving records for another ``epoch.bridge.ms`` from now."""
+    cached = _RUNNERS.get((connector, task))
+    if cached is not None:
+        cached.runner.renew_pump(time.monotonic() + cached.runner.policy.epoch_bridge_ms / 1000)
 
 
 def _not_run(spec: TaskPairSpec, started: float, trace: str, *, retriable: bool) -> EpochResult:
