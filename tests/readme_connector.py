@@ -1,4 +1,4 @@
-"""The README's "Writing a connector" example (``UpperSink``), as printed, and what running it must
+"""docs/writing-a-connector.md's example (``UpperSink``), as printed, and what running it must
 do - written apart from how it is run (the Spark driver today, an in-process harness later).
 
 The records: a value, a tombstone (value None), a record without key, a record the README's sink

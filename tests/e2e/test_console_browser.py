@@ -13,7 +13,7 @@ accepted): Pause is then disabled and Resume enabled, the state shows once, its 
 says durations in human units (no "95,671,020,726 ms") and shows no raw JSON (offsets and config
 as tables); the flow is resumed from the page; an action the API refuses shows the API's text.
 Screenshots of the topology and the link page are taken on the way (``UPDATE_SCREENSHOTS=1``
-writes them to ``docs/``, where the README shows them).
+writes them to ``docs/``, where docs/operations.md shows them).
 """
 
 from __future__ import annotations

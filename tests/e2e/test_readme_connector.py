@@ -1,4 +1,4 @@
-"""The README's "Writing a connector" example runs as printed (issue 25): with a DLQ configured its
+"""docs/writing-a-connector.md's example runs as printed (issue 25): with a DLQ configured its
 sink used to be instantiated again as the dead-letter writer, refused its dead letters, and the pair
 went FAILED; and a tombstone (value None) made it fail on ``None.upper()``. Here it runs through the
 real driver and Spark, from a Kafka topic on tansu, its dead letters kept by the Kafka sink's side

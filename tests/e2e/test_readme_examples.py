@@ -1,13 +1,20 @@
-"""The README's examples of `connect`, run as printed against the shipped configs (issue 22: the
+"""The documented shell examples, run as printed against the shipped configs (issue 22: the
 "Replicators" example answered `error 400: $.authPlugin: 'directory' is not a config provider of
 this worker` with the shipped conf/worker.json, and nothing ran it).
 
-Every ```sh / ```bash block of "Running a connector", "Running the worker service" and
-"Replicators (PIP-18 onboarding)" is read from README.md and each of its lines is run, in README
-order, as a process (`connect` of this installation), from a directory holding the shipped `conf/`
-(a symlink to the repository's, so the relative paths `conf/...`, `data` and conf/worker.json's
-`data/worker/...` resolve as for a user in a fresh clone). Against embedded brokers: two tansu
-(source, target) and one pulsar-lite. What is set around the lines, never in them:
+Every ```sh / ```bash block of the README and of docs/ is in one of the sections of
+``readme_util.SHELL_SECTIONS`` (asserted): the README's opening (its `make` lines are run by
+test_readme_commands.py), its "A first mirror in five minutes", and docs/operations.md's "Running a
+connector" and "Running the worker service" and docs/replication.md's "Replicators (PIP-18
+onboarding)". Each line of those blocks is run, in page order, as a process (`connect` and `python`
+of this installation), from a directory holding the shipped `conf/` (a symlink to the repository's,
+so the relative paths `conf/...`, `data` and conf/worker.json's `data/worker/...` resolve as for a
+user in a fresh clone).
+
+The first mirror runs against the brokers its own `connect dev brokers kafka kafka` line starts: the
+`export` line is checked to name the variables that line printed, and sets them to what it printed
+(what a user pastes). The other sections run against embedded brokers: two tansu (source, target)
+and one pulsar-lite. What is set around their lines, never in them:
 
 - SOURCE_BOOTSTRAP / TARGET_BOOTSTRAP, the variables conf/demo-mirror.json reads, name the tansu
   brokers (the worker resolves them through conf/worker.json's fenced `env` provider);
@@ -42,8 +49,9 @@ from typing import Callable
 import httpx
 import pulsar_util
 import pytest
+from confluent_kafka.admin import AdminClient
 from kafka_util import create_topic, produce
-from readme_util import ROOT, argv_variants, shell_blocks
+from readme_util import FIRST_MIRROR, OPENING, REPLICATORS, ROOT, RUNNING, SHELL_SECTIONS, WORKER, argv_variants, shell_blocks
 from service_util import Arrivals, wait_for
 
 from worker.api.restcli import DEFAULT_URL
@@ -51,8 +59,7 @@ from worker.embedded import EmbeddedKafka, EmbeddedPulsar, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
-CONNECTOR, WORKER, REPLICATORS = "Running a connector", "Running the worker service", "Replicators (PIP-18 onboarding)"
-OPENING = "connect-bridge"  # the README's title: `make demo`, `make test` (tests/e2e/test_readme_commands.py)
+CONNECTOR = RUNNING
 
 # printed text -> (what runs instead, why). Applied to the README line as text, before it is split.
 SUBSTITUTED = {
@@ -65,6 +72,8 @@ SUBSTITUTED = {
 }
 # text of a README line -> why the line is not run
 SKIPPED = {
+    ". .venv/bin/activate": (
+        "the test runs this installation's `connect` and `python`: their directory is first on PATH"),
     "--master spark://host:7077": (
         "a Spark cluster at a placeholder host, placeholder files a.json b.json; `connect run` is run by the "
         "line above it, and on a standalone cluster by tests/e2e/test_cluster.py"),
@@ -77,6 +86,7 @@ NAME = DEMO_MIRROR["name"]
 RUN_TOPIC, WORKER_TOPIC = "demo.readme-run", "demo.readme-worker"  # matched by its source.topics.regex (asserted)
 RID = "kafka.us-east.tenant_ns"  # the id `replicators add tenant/ns --type kafka --region us-east` gives
 RECORDS = 500
+FIRST_TOPIC = "demo.orders"  # the topic the first mirror's `python -c` line writes to (asserted)
 
 
 # --- running README lines ---------------------------------------------------------------------------
@@ -85,13 +95,17 @@ RECORDS = 500
 class Session:
     cwd: Path
     env: dict[str, str]
-    source: EmbeddedKafka
-    target: EmbeddedKafka
-    pulsar: EmbeddedPulsar
+    source: EmbeddedKafka | Address | None
+    target: EmbeddedKafka | Address | None
+    pulsar: EmbeddedPulsar | None
     port: int
-    rest: httpx.Client
+    rest: httpx.Client | None
     background: list[subprocess.Popen] = field(default_factory=list)
     worker: subprocess.Popen | None = None
+    run_topic: str = RUN_TOPIC  # the topic `connect run` is watched mirroring, and how many records, in how many partitions
+    records: int = RECORDS
+    partitions: int = 2
+    printed: dict[str, str] = field(default_factory=dict)  # what `connect dev brokers` printed to export
 
     def run(self, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
         result = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -140,14 +154,22 @@ class Session:
             self.wait_state("RUNNING")
 
 
-def _block(section: str):
-    [block] = [b for b in shell_blocks() if b.section == section]
-    return block
+@dataclass(frozen=True)
+class Address:
+    """A broker `connect dev brokers` started: only its address is known."""
+    bootstrap: str
 
 
-def _printed(section: str, key: tuple[str, ...]) -> list[str]:
-    """The argv of the README line of ``section`` that runs ``key`` (as printed)."""
-    [argv] = [argv for c in _block(section).commands() for argv in argv_variants(c) if _key(argv) == key]
+def _commands(where: tuple[str, str]) -> list[str]:
+    """The commands of every shell block of a (page, section), in page order."""
+    found = [b for b in shell_blocks() if b.where == where]
+    assert found, f"no shell block in {where}"
+    return [c for b in found for c in b.commands()]
+
+
+def _printed(where: tuple[str, str], key: tuple[str, ...]) -> list[str]:
+    """The argv of the line of ``where`` that runs ``key`` (as printed)."""
+    [argv] = [argv for c in _commands(where) for argv in argv_variants(c) if _key(argv) == key]
     return argv
 
 
@@ -163,19 +185,23 @@ def _mirrored(topic: str) -> str:
 
 def _substitute(command: str, session: Session) -> str:
     for printed, (replacement, _why) in SUBSTITUTED.items():
-        command = command.replace(printed, replacement.format(port=session.port, pulsar=session.pulsar.service_url,
-                                                              target=session.target.bootstrap))
+        if printed in command:
+            command = command.replace(printed, replacement.format(port=session.port, pulsar=session.pulsar.service_url,
+                                                                  target=session.target.bootstrap))
     return command
 
 
 def _key(argv: list[str]) -> tuple[str, ...]:
-    """``("connectors", "create")`` for ``connect connectors create ...``; ``("run",)`` for ``connect run ...``."""
-    assert argv[0] == "connect", f"a README example that is not `connect`: {argv}"
-    return tuple(argv[1:3]) if argv[1] in ("worker", "connectors", "replicators") else (argv[1],)
+    """``("connectors", "create")`` for ``connect connectors create ...``; ``("run",)`` for ``connect run ...``;
+    ``("export",)`` and ``("python",)`` for those."""
+    if argv[0] in ("export", "python"):
+        return (argv[0],)
+    assert argv[0] == "connect", f"a documented example that is not `connect`, `export` or `python`: {argv}"
+    return tuple(argv[1:3]) if argv[1] in ("worker", "connectors", "replicators", "dev") else (argv[1],)
 
 
-def run_section(section: str, session: Session) -> None:
-    for command in _block(section).commands():
+def run_section(where: tuple[str, str], session: Session) -> None:
+    for command in _commands(where):
         if any(marker in command for marker in SKIPPED):
             continue
         for argv in argv_variants(_substitute(command, session)):
@@ -196,16 +222,33 @@ def validate(s: Session, argv):
     assert f"{NAME}: OK (KafkaSourceConnector -> KafkaSinkConnector" in out, out
 
 
+def _topic_partitions(bootstrap: str, topic: str) -> int:
+    """How many partitions ``topic`` has (0: it does not exist yet)."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics.get(topic)
+    return 0 if metadata is None or metadata.error is not None else len(metadata.partitions)
+
+
 def standalone_run(s: Session, argv):
-    """Runs until SIGTERM: the records of a demo.* topic arrive under mirror.<topic>; SIGTERM commits and exits 0."""
-    arrivals = Arrivals(s.target.bootstrap, _mirrored(RUN_TOPIC))
+    """Runs until SIGTERM: the records of a demo.* topic arrive under mirror.<topic> (which the sink creates
+    if it is missing); SIGTERM commits and exits 0."""
+    target = _mirrored(s.run_topic)
+    arrivals: list[Arrivals] = []
+
+    def arrived() -> int:
+        if not arrivals:
+            if _topic_partitions(s.target.bootstrap, target) < s.partitions:
+                return 0
+            arrivals.append(Arrivals(s.target.bootstrap, target, partitions=s.partitions))
+        return arrivals[0].count()
+
     proc, log = s.start(argv, "run.log")
     try:
-        wait_for(lambda: proc.poll() is None and arrivals.count() >= RECORDS, 120, f"`connect run` mirroring {RUN_TOPIC}")
+        wait_for(lambda: proc.poll() is None and arrived() >= s.records, 120, f"`connect run` mirroring {s.run_topic}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}:\n{log.read_text()[-3000:]}") from None
     finally:
-        arrivals.close()
+        for a in arrivals:
+            a.close()
     output = s.stop(proc, signal.SIGTERM, log)
     assert "stopped: the last epoch is committed" in output, output[-3000:]
     assert (s.cwd / "data" / "offsets.sqlite").exists()  # --data-dir data, relative to where it runs
@@ -214,6 +257,43 @@ def standalone_run(s: Session, argv):
 def local_plugins(s: Session, argv):
     out = s.run(argv).stdout
     assert all(f"{name} " in out for name in ("kafka-source", "kafka-sink", "pulsar-source", "rocketmq-sink")), out
+
+
+def dev_brokers(s: Session, argv):
+    """Runs until Ctrl-C (stopped with SIGINT at the end of the test): two reachable brokers, each line
+    with the `export` a user pastes: SOURCE_BOOTSTRAP, then TARGET_BOOTSTRAP."""
+    proc, log = s.start(argv, "dev-brokers.log")
+    wait_for(lambda: proc.poll() is None and len(_exports(log.read_text())) == 2, 120,
+             f"`connect dev brokers` printing two exports:\n{log.read_text()}")
+    s.printed = dict(_exports(log.read_text()))
+    assert list(s.printed) == ["SOURCE_BOOTSTRAP", "TARGET_BOOTSTRAP"], s.printed
+    s.source, s.target = Address(s.printed["SOURCE_BOOTSTRAP"]), Address(s.printed["TARGET_BOOTSTRAP"])
+
+
+def _exports(output: str) -> list[tuple[str, str]]:
+    return re.findall(r"\bexport (\w+)=(\S+)", output)
+
+
+def export(s: Session, argv):
+    """The line to paste: it must name the variables `connect dev brokers` printed, in order; the values
+    are what it printed (the documented line has placeholders)."""
+    names = [word.split("=", 1)[0] for word in argv[1:]]
+    assert names == list(s.printed), f"the export line names {names}, `connect dev brokers` printed {list(s.printed)}"
+    s.env.update(s.printed)
+
+
+def python_line(s: Session, argv):
+    """The first mirror's records: `python -c` writes range(N) records to demo.orders in the source."""
+    code = argv[-1]
+    assert f"'{FIRST_TOPIC}'" in code, code
+    s.run_topic, s.records = FIRST_TOPIC, int(re.search(r"range\((\d+)\)", code).group(1))
+    s.run(argv)
+    s.partitions = _topic_partitions(s.source.bootstrap, FIRST_TOPIC)
+    written = Arrivals(s.source.bootstrap, FIRST_TOPIC, partitions=s.partitions)
+    try:
+        wait_for(lambda: written.count() >= s.records, 30, f"{s.records} records in {FIRST_TOPIC}")
+    finally:
+        written.close()
 
 
 def worker_start(s: Session, argv):
@@ -339,6 +419,7 @@ def replicators_remove(s: Session, argv):
 
 STEPS: dict[tuple[str, ...], Callable[[Session, list[str]], None]] = {
     ("validate",): validate, ("run",): standalone_run, ("plugins",): local_plugins,
+    ("dev", "brokers"): dev_brokers, ("export",): export, ("python",): python_line,
     ("worker", "start"): worker_start,
     ("connectors", "create"): create, ("connectors", "list"): list_connectors, ("connectors", "status"): status_watch,
     ("connectors", "pause"): state_change, ("connectors", "resume"): state_change,
@@ -354,12 +435,14 @@ STEPS: dict[tuple[str, ...], Callable[[Session, list[str]], None]] = {
 # --- tests ----------------------------------------------------------------------------------------
 
 def test_every_readme_shell_block_is_run():
-    """No README shell example escapes the suite: each block is the opening's or one of these sections'
-    (one each); every substitution and skip still matches the README; every line has a step."""
+    """No shell example of the README or docs/ escapes the suite: each block is in one of the sections
+    this module runs (or the opening), each of those has one; every substitution and skip still matches
+    a line; every line has a step."""
     blocks = shell_blocks()
-    assert sorted(b.section for b in blocks) == sorted([OPENING, CONNECTOR, WORKER, REPLICATORS]), \
-        [(b.section, b.line) for b in blocks]
-    commands = [c for b in blocks if b.section != OPENING for c in b.commands()]
+    stray = [(b.page, b.line, b.section) for b in blocks if b.where not in SHELL_SECTIONS]
+    assert not stray, f"shell blocks in sections no test runs (run them here): {stray}"
+    assert {b.where for b in blocks} == set(SHELL_SECTIONS)
+    commands = [c for b in blocks if b.where != OPENING for c in b.commands()]
     for marker in [*SUBSTITUTED, *SKIPPED]:
         assert sum(marker in c for c in commands) == 1, f"{marker!r} is in no README line, or in several"
     for command in commands:
@@ -371,7 +454,7 @@ def test_every_readme_shell_block_is_run():
 def test_the_worker_line_says_what_conf_worker_json_sets():
     """Its comment ("REST on 127.0.0.1:8083, stores in data/worker") is what the shipped file sets (the
     run above substitutes the port), and the CLI's default --url reaches that worker without CONNECT_URL."""
-    [line] = [c for c in _block(WORKER).commands() if _key(argv_variants(c)[0]) == ("worker", "start")]
+    [line] = [c for c in _commands(WORKER) if _key(argv_variants(c)[0]) == ("worker", "start")]
     host, port, data_dir = re.search(r"# REST on ([\d.]+):(\d+), stores in (\S+)$", line).groups()
     conf = json.loads((ROOT / "conf" / "worker.json").read_text())
     assert (conf["rest.host"], conf["rest.port"], conf["data.dir"]) == (host, int(port), data_dir)
@@ -393,19 +476,41 @@ def brokers(tmp_path_factory):
 def session(brokers, tmp_path_factory):
     """One directory for both tests, as one clone for a user following the README."""
     source, target, pulsar = brokers
-    tmp_path = tmp_path_factory.mktemp("clone")
-    (tmp_path / "conf").symlink_to(ROOT / "conf")
+    tmp_path = _clone(tmp_path_factory.mktemp("clone"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    # the caller's CLI and broker settings would change what the lines do (CONNECT_CACHE_DIR... may stay)
-    keep = {k: v for k, v in os.environ.items() if k not in CALLER_SETTINGS and not k.startswith(("SOURCE_", "TARGET_"))}
-    env = {**keep, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{keep.get('PATH', '')}", "TMPDIR": str(tmp_path),
-           "SOURCE_BOOTSTRAP": source.bootstrap, "TARGET_BOOTSTRAP": target.bootstrap, "CONNECT_URL": url,
-           "NO_COLOR": "1", "COLUMNS": "200"}
+    env = _user_env(tmp_path, SOURCE_BOOTSTRAP=source.bootstrap, TARGET_BOOTSTRAP=target.bootstrap, CONNECT_URL=url)
     with httpx.Client(base_url=url, timeout=30) as rest:
         s = Session(tmp_path, env, source, target, pulsar, port, rest)
         yield s
         for proc in s.background:  # a failed test leaves them running: end them (they are in their own sessions)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def _clone(tmp_path: Path) -> Path:
+    """A directory as a fresh clone has it for these lines: the shipped conf/."""
+    (tmp_path / "conf").symlink_to(ROOT / "conf")
+    return tmp_path
+
+
+def _user_env(tmp_path: Path, **settings: str) -> dict[str, str]:
+    # the caller's CLI and broker settings would change what the lines do (CONNECT_CACHE_DIR... may stay)
+    keep = {k: v for k, v in os.environ.items() if k not in CALLER_SETTINGS and not k.startswith(("SOURCE_", "TARGET_"))}
+    return {**keep, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{keep.get('PATH', '')}", "TMPDIR": str(tmp_path),
+            "NO_COLOR": "1", "COLUMNS": "200", **settings}
+
+
+def test_first_mirror_examples(tmp_path):
+    """The README's five-minute path, against the brokers its own `connect dev brokers` line starts."""
+    s = Session(_clone(tmp_path), _user_env(tmp_path), None, None, None, 0, None)
+    try:
+        run_section(FIRST_MIRROR, s)
+        [brokers] = [p for p in s.background if p.args[1:3] == ["dev", "brokers"]]
+        s.stop(brokers, signal.SIGINT, s.cwd / "dev-brokers.log")  # "runs until Ctrl-C"
+    finally:
+        for proc in s.background:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)

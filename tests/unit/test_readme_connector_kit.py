@@ -1,4 +1,4 @@
-"""The README's "Writing a connector" example, run as printed with the authors' test kit
+"""docs/writing-a-connector.md's example, run as printed with the authors' test kit
 (``connect.testkit.run_pair``, in-process, no Spark, no broker): a tombstone among the records,
 a dead-letter topic configured. The same outcome is checked over the wire through the driver and
 Spark in ``tests/e2e/test_readme_connector.py``."""

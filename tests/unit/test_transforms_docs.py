@@ -1,32 +1,21 @@
-"""The README's "Transforms and predicates" and test-kit examples run as printed: the connector JSON
-is a valid pipeline whose transforms do what the text says, the custom transform is a working
-Transformation, and the test-kit block's assertions hold."""
+"""The examples of docs/transforms.md and of the test kit (docs/writing-a-connector.md) run as printed:
+the connector JSON is a valid pipeline whose transforms do what the text says, the custom transform
+is a working Transformation, and the test-kit block's assertions hold."""
 
 from __future__ import annotations
 
-import re
-
 import orjson
-from readme_util import readme_text
+from readme_util import TEST_KIT, TRANSFORMS, blocks, python_block
 
 from connect.records import ConnectRecord
 from connect.transforms import Transformation
 from worker.pipeline import parse_pipeline
 
-
-def _section(title: str) -> str:
-    text = readme_text()
-    start = text.index(f"\n{title}\n")
-    end = re.compile(r"\n##+ ").search(text, start + len(title) + 2)
-    return text[start:end.start() if end else len(text)]
-
-
-def _blocks(section: str, fence: str) -> list[str]:
-    return re.findall(rf"```{fence}\n(.*?)```", section, re.DOTALL)
+STAMP = "# stamp.py (in your package)"
 
 
 def test_the_transforms_example_connector_is_valid_and_does_what_it_says():
-    (document,) = _blocks(_section("## Transforms and predicates"), "json")
+    [document] = [b.text for b in blocks(("json",), TRANSFORMS)]
     pipeline = parse_pipeline(orjson.loads(document))
     steps, _ = pipeline.transforms.build()
 
@@ -44,9 +33,10 @@ def test_the_transforms_example_connector_is_valid_and_does_what_it_says():
 
 
 def test_the_custom_transform_example_works():
-    (code,) = _blocks(_section("## Transforms and predicates"), "python")
+    block = python_block(STAMP)
+    assert block.where == TRANSFORMS, block
     namespace: dict = {}
-    exec(compile(code, "README:stamp.py", "exec"), namespace)  # noqa: S102 - the README's own example
+    exec(compile(block.text, f"{block.page}:stamp.py", "exec"), namespace)  # noqa: S102 - the page's own example
     stamp = namespace["Stamp"]
     assert issubclass(stamp, Transformation)
     t = stamp()
@@ -56,5 +46,5 @@ def test_the_custom_transform_example_works():
 
 
 def test_the_test_kit_example_runs_as_printed():
-    (code,) = _blocks(_section("### Testing a connector (test kit)"), "python")
-    exec(compile(code, "README:testkit", "exec"), {})  # noqa: S102 - its asserts are the test
+    [block] = blocks(("python",), TEST_KIT)
+    exec(compile(block.text, f"{block.page}:testkit", "exec"), {})  # noqa: S102 - its asserts are the test
