@@ -20,10 +20,11 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from kafka_brokers import kafka_broker
 from netproxy import TcpProxy
 
 from connect.errors import ConnectError, RetriableError
-from worker.embedded import EmbeddedKafka, free_port
+from worker.embedded import free_port
 from worker.stores.kafkastore import KafkaStores, StoreFencedError
 from worker.stores.store import SqliteStores, StoredConnector, StoredStatus
 
@@ -468,7 +469,7 @@ def test_unacknowledged_writes_raise_change_nothing_here_and_land_whole_before_t
     have them). ``reset`` removes their offsets too. A store closed during a partition does not hang."""
     broker_port = free_port()
     proxy = TcpProxy(broker_port)
-    broker = EmbeddedKafka(port=broker_port, advertised_port=proxy.port, log_path=tmp_path / "tansu.log").start()
+    broker = kafka_broker(port=broker_port, advertised_port=proxy.port, log_path=tmp_path / "kafka.log").start()
     names, stores = topic_names(unique), None
     try:
         stores = open_kafka(broker.bootstrap, unique, timeout_s=1.5)
