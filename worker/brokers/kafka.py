@@ -73,6 +73,9 @@ def server_properties(*, port: int, controller_port: int, advertised_port: int, 
         "num.network.threads": "2",
         "background.threads": "2",
         "num.recovery.threads.per.data.dir": "1",
+        # no time-based retention: tests and the demo write records with fixed past timestamps, which
+        # a 7-day retention would delete within minutes (topics may still set retention.ms)
+        "log.retention.ms": "-1",
         **(AUTHORIZER if authorizer else {}),
         **(extra or {}),
     }
