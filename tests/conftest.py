@@ -7,6 +7,7 @@ Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: on
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -117,8 +118,9 @@ def proxied_target(tmp_path_factory):
 
 @pytest.fixture
 def unique(request):
-    """A topic/connector name unique to the test."""
-    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")
+    """A topic/connector name unique to the test, of the characters Kafka allows in topic names
+    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not)."""
+    name = re.sub(r"[^A-Za-z0-9.-]", "-", request.node.name.replace("[", "-").replace("]", ""))
     return f"{name}-{os.getpid()}"
 
 
