@@ -1,8 +1,13 @@
-"""Session-scoped fixtures: real tansu brokers on free loopback ports and one Spark application."""
+"""Session-scoped fixtures: real brokers on free loopback ports and one Spark application.
+
+``kafka_pair``, ``third_kafka`` and ``proxied_target`` run tansu, or Apache Kafka with
+``CONNECT_TEST_KAFKA=apache`` (``kafka_brokers.kafka_broker``); ``apache_kafka_pair`` is always
+Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs)."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -10,26 +15,45 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from kafka_brokers import kafka_broker, start_all, use_apache_kafka  # noqa: E402
+
 from connect.plugins import register_plugin  # noqa: E402
-from worker.embedded import EmbeddedKafka, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
+from worker.embedded import ApacheKafka, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
 
 # The in-memory test connectors are not production plugins (no entry point); tests use aliases.
 register_plugin("memory-source", "connect.testing:MemorySourceConnector")
 register_plugin("memory-sink", "connect.testing:MemorySinkConnector")
 
 
-@pytest.fixture(scope="session")
-def kafka_pair(tmp_path_factory):
-    """Two independent Kafka-compatible clusters: (source, target)."""
-    logs = tmp_path_factory.mktemp("tansu")
-    a = EmbeddedKafka(log_path=logs / "a.log").start()
-    b = EmbeddedKafka(log_path=logs / "b.log").start()
-    yield a, b
+def _close_pooled_clients() -> None:
     from connectors.kafka.clients import POOL
     from connectors.kafka.producers import PRODUCERS
 
     POOL.close_all()  # clients pooled in this process (driver-side admins...) go before their brokers
     PRODUCERS.close_all()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_pair(tmp_path_factory):
+    """Two independent Apache Kafka 4.x clusters (one KRaft node each, ACLs enforced): (source, target)."""
+    logs = tmp_path_factory.mktemp("apache-kafka")
+    a, b = start_all([ApacheKafka(log_path=logs / "a.log"), ApacheKafka(log_path=logs / "b.log")])
+    yield a, b
+    _close_pooled_clients()
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_pair(request, tmp_path_factory):
+    """Two independent Kafka-compatible clusters: (source, target)."""
+    if use_apache_kafka():
+        yield request.getfixturevalue("apache_kafka_pair")
+        return
+    logs = tmp_path_factory.mktemp("tansu")
+    a, b = start_all([kafka_broker(log_path=logs / "a.log"), kafka_broker(log_path=logs / "b.log")])
+    yield a, b
+    _close_pooled_clients()
     a.stop()
     b.stop()
 
@@ -38,7 +62,7 @@ def kafka_pair(tmp_path_factory):
 def third_kafka(tmp_path_factory):
     """A third Kafka-compatible cluster, for meshes and rings with ``kafka_pair`` (one per session:
     the mesh tests and the console's browser test share it)."""
-    broker = EmbeddedKafka(log_path=tmp_path_factory.mktemp("kafka3") / "c.log").start()
+    broker = kafka_broker(log_path=tmp_path_factory.mktemp("kafka3") / "c.log").start()
     yield broker
     broker.stop()
 
@@ -77,16 +101,16 @@ def spark():
 
 @pytest.fixture(scope="module")
 def proxied_target(tmp_path_factory):
-    """A tansu broker behind a TcpProxy that tests can blackhole (``tests/netproxy.py``): (broker, proxy).
+    """A Kafka broker behind a TcpProxy that tests can blackhole (``tests/netproxy.py``): (broker, proxy).
     It advertises the proxy's port, so every connection a client opens goes through the proxy."""
     from netproxy import TcpProxy
 
-    from worker.embedded import EmbeddedKafka, free_port
+    from worker.embedded import free_port
 
     port = free_port()
     proxy = TcpProxy(port)
-    broker = EmbeddedKafka(port=port, advertised_port=proxy.port,
-                           log_path=tmp_path_factory.mktemp("proxied") / "tansu.log").start()
+    broker = kafka_broker(port=port, advertised_port=proxy.port,
+                          log_path=tmp_path_factory.mktemp("proxied") / "kafka.log").start()
     yield broker, proxy
     proxy.close()
     broker.stop()
@@ -94,8 +118,9 @@ def proxied_target(tmp_path_factory):
 
 @pytest.fixture
 def unique(request):
-    """A topic/connector name unique to the test."""
-    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")
+    """A topic/connector name unique to the test, of the characters Kafka allows in topic names
+    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not)."""
+    name = re.sub(r"[^A-Za-z0-9.-]", "-", request.node.name.replace("[", "-").replace("]", ""))
     return f"{name}-{os.getpid()}"
 
 

@@ -3,7 +3,7 @@
 ``kafka-metadata`` *source* (:class:`KafkaMetadataSourceConnector`): every ``poll.interval.ms`` one
 task describes the cluster - topics named in ``topics``, or matched by ``topics.regex`` less
 ``topics.exclude``, their partition counts and configs, and (``sync.acls.enabled``) the literal
-TOPIC ACLs of those topics - and emits a :class:`~connectors.replicator.metadata.MetadataChangeEvent`
+and prefixed TOPIC ACLs of those topics - and emits a :class:`~connectors.replicator.metadata.MetadataChangeEvent`
 per change (``diff_events``); every ``snapshot.interval.ms``, and at start, it emits every resource
 (PIP-136's snapshot sync). Events are records of the topic ``topic`` (key ``<resource>/<name>``,
 value the event JSON), source partition ``{"metadata": <cluster.name>}``, offset ``{"ts": <ms>}``;
@@ -14,8 +14,9 @@ a restart begins with a snapshot, so nothing is replayed from offsets.
   matched by ``configs.exclude`` (MM2's DefaultConfigPropertyFilter list by default), and not
   defaults (``use.defaults.from=target``, MM2's default; ``source`` copies the source's defaults too).
 - ``Acls/<topic>/<digest>``: ``{"broker": "kafka", "topic", "principal", "host", "operation",
-  "permission", "patternType": "LITERAL"}`` - every literal TOPIC binding, DENY included; which of
-  them a cluster takes is the sink's decision.
+  "permission", "patternType"}`` - every literal TOPIC binding of a watched topic and every prefixed
+  one whose prefix is watched or starts a watched topic, DENY included; which of them a cluster
+  takes is the sink's decision.
 
 ``kafka-metadata`` *sink* (:class:`KafkaMetadataSinkConnector`, synchronous) applies events to its
 cluster; events of its own ``cluster.name`` are skipped (the echo of its own changes), and an event
@@ -29,7 +30,9 @@ stamps are held in memory, Kafka topics cannot store them).
   values set, target overrides the source no longer has deleted - MM2's incremental mode);
   ``configs.exclude`` names are never set nor deleted. Other brokers' configs do not map (logged once).
 - Topics Deleted: ignored, as MM2 never deletes; ``sync.topic.deletes=true`` deletes the target.
-- Acls (MM2's rules): literal TOPIC bindings; ALLOW WRITE is not copied (only the replicator
+- Acls (MM2's rules, prefixed bindings too): literal and prefixed TOPIC bindings (a prefix is named
+  by ``topic.template`` as a topic is, so only a template ending in ``{topic}`` can name one; else
+  the binding is skipped); ALLOW WRITE is not copied (only the replicator
   writes to replicated topics), ALLOW ALL becomes READ, everything else - DENY bindings included -
   is copied as it is. ACLs are never deleted (MM2 neither).
 - Tenants, Namespaces and SubscriptionGroups have no Kafka counterpart here (groups are the
@@ -150,6 +153,15 @@ SINK_CONFIG = _common().merge(
 # -- pure rules (unit-tested) --------------------------------------------------------------------------------------
 
 
+def _source(entry: ConfigEntry) -> ConfigSource | None:
+    """The entry's config source as the enum: a described entry holds the wire's int (confluent-kafka
+    does not convert it), an entry built in code may hold the enum."""
+    try:
+        return ConfigSource(entry.source)
+    except ValueError:
+        return None
+
+
 def topic_configs(entries: Mapping[str, ConfigEntry] | Sequence[ConfigEntry], exclude: str,
                   source_defaults: bool = False) -> dict[str, str]:
     """The configs of a described topic that are copied (MM2's ``targetConfig``): not read-only, not
@@ -157,9 +169,9 @@ def topic_configs(entries: Mapping[str, ConfigEntry] | Sequence[ConfigEntry], ex
     ``source_defaults`` (``use.defaults.from=source``)."""
     out = {}
     for e in (entries.values() if isinstance(entries, Mapping) else entries):
-        if e.is_read_only or e.is_sensitive or e.value is None or e.source == ConfigSource.STATIC_BROKER_CONFIG:
+        if e.is_read_only or e.is_sensitive or e.value is None or _source(e) == ConfigSource.STATIC_BROKER_CONFIG:
             continue
-        if (e.is_default or e.source == ConfigSource.DEFAULT_CONFIG) and not source_defaults:
+        if (e.is_default or _source(e) == ConfigSource.DEFAULT_CONFIG) and not source_defaults:
             continue
         if exclude and patterns.fullmatch(exclude, e.name):
             continue
@@ -180,7 +192,7 @@ def config_ops(wanted: Mapping[str, str], current: Mapping[str, ConfigEntry], ex
         if not excluded(name) and (held is None or held.value != value):
             ops[name] = value
     for name, held in sorted(current.items()):
-        if name not in wanted and held.source == ConfigSource.DYNAMIC_TOPIC_CONFIG and not excluded(name):
+        if name not in wanted and _source(held) == ConfigSource.DYNAMIC_TOPIC_CONFIG and not excluded(name):
             ops[name] = None
     return ops
 
@@ -193,8 +205,11 @@ def acl_data(binding: AclBinding) -> dict[str, Any]:
 
 
 def acl_id(data: Mapping[str, Any]) -> str:
-    """A stable resource name for an ACL binding: ``<topic>/<digest of principal, host, operation, permission>``."""
-    digest = hashlib.sha256(orjson.dumps([data["principal"], data["host"], data["operation"], data["permission"]]))
+    """A stable resource name for an ACL binding: ``<topic>/<digest of principal, host, operation, permission
+    and, unless LITERAL, pattern type>`` (a literal and a prefixed binding of one name are two)."""
+    fields = [data["principal"], data["host"], data["operation"], data["permission"]]
+    pattern = str(data.get("patternType", "LITERAL")).upper()
+    digest = hashlib.sha256(orjson.dumps(fields if pattern == "LITERAL" else [*fields, pattern]))
     return f"{data['topic']}/{digest.hexdigest()[:16]}"
 
 
@@ -204,7 +219,7 @@ class AclDecision(NamedTuple):
 
 
 def target_acl(data: Mapping[str, Any]) -> AclDecision:
-    """MirrorMaker 2's rules for copying a topic ACL (literal bindings only): ALLOW WRITE is not copied
+    """MirrorMaker 2's rules for copying a topic ACL (literal and prefixed bindings): ALLOW WRITE is not copied
     (only the replicator writes to replicated topics); ALLOW ALL is downgraded to READ; every other
     binding - DENY ones included, so a denial is never lost and access never widens - is copied as
     it is. ValueError (with the JSON path) for data that is not an ACL binding."""
@@ -217,8 +232,8 @@ def target_acl(data: Mapping[str, Any]) -> AclDecision:
     if permission not in ("ALLOW", "DENY"):
         raise ValueError(f"$.data.permission: {data['permission']!r} is not ALLOW or DENY")
     pattern = str(data.get("patternType", "LITERAL")).upper()
-    if pattern != "LITERAL":
-        return AclDecision(None, f"{pattern} pattern (only literal ACLs are copied)")
+    if pattern not in ("LITERAL", "PREFIXED"):
+        return AclDecision(None, f"{pattern} pattern (only literal and prefixed ACLs are copied)")
     if permission == "DENY":
         return AclDecision(operation, "")
     if operation == "WRITE":
@@ -227,9 +242,10 @@ def target_acl(data: Mapping[str, Any]) -> AclDecision:
 
 
 def acl_binding(data: Mapping[str, Any], operation: str, topic: str) -> AclBinding:
-    """The target's binding for a copied ACL: ``operation`` as ``target_acl`` decided, the source
-    binding's own permission (a DENY stays a DENY)."""
-    return AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, data["principal"], data["host"],
+    """The target's binding for a copied ACL on ``topic`` (a prefix for a PREFIXED one): ``operation``
+    as ``target_acl`` decided, the source binding's own permission (a DENY stays a DENY) and pattern."""
+    pattern = ResourcePatternType[str(data.get("patternType", "LITERAL")).upper()]
+    return AclBinding(ResourceType.TOPIC, topic, pattern, data["principal"], data["host"],
                       AclOperation[operation], AclPermissionType[str(data["permission"]).upper()])
 
 
@@ -354,7 +370,7 @@ class KafkaMetadataSourceTask(SourceTask):
             if name in configs:  # else deleted meanwhile
                 current[("Topics", name)] = {"broker": "kafka", "partitions": counts[name], "configs": configs[name]}
         if self._cfg["sync.acls.enabled"]:
-            acls = self._acls()
+            acls = self._acls(counts)
             if acls is None:  # not described: keep what is known, delete nothing
                 acls = {key: data for key, data in self._known.items() if key[0] == "Acls"}
             current.update(acls)
@@ -376,9 +392,11 @@ class KafkaMetadataSourceTask(SourceTask):
                 out[resource.name] = topic_configs(entries, exclude, source_defaults)
         return out
 
-    def _acls(self) -> dict[tuple[str, str], dict] | None:
+    def _acls(self, topics: Sequence[str]) -> dict[tuple[str, str], dict] | None:
+        """Literal TOPIC bindings of watched topics and prefixed ones that are watched names or
+        prefixes of ``topics`` (the watched topics now); None when they cannot be described."""
         timeout = self._admin.timeout()
-        wanted = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.LITERAL, None, None,
+        wanted = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
                                   AclOperation.ANY, AclPermissionType.ANY)
         try:
             bindings = _result(self._admin.client.describe_acls(wanted, request_timeout=timeout), timeout, "describe ACLs")
@@ -395,11 +413,16 @@ class KafkaMetadataSourceTask(SourceTask):
             return None
         out = {}
         for b in bindings:
-            if b.restype == ResourceType.TOPIC and b.resource_pattern_type == ResourcePatternType.LITERAL \
-                    and self._matches(b.name):
+            if b.restype == ResourceType.TOPIC and self._watched_acl(b, topics):
                 data = acl_data(b)
                 out[("Acls", acl_id(data))] = data
         return dict(sorted(out.items()))
+
+    def _watched_acl(self, binding: AclBinding, topics: Sequence[str]) -> bool:
+        if binding.resource_pattern_type == ResourcePatternType.LITERAL:
+            return self._matches(binding.name)
+        return binding.resource_pattern_type == ResourcePatternType.PREFIXED and (
+            self._matches(binding.name) or any(t.startswith(binding.name) for t in topics))
 
     def metrics(self) -> Mapping[str, float]:
         return {f"metadata.source.{k}": float(v) for k, v in self._counts.items()}
@@ -678,7 +701,15 @@ class KafkaMetadataSinkTask(SinkTask):
             self._counts["acls_skipped"] += 1
             log.debug("ACL %s not copied: %s", event.resource_name, decision.reason)
             return
-        binding = acl_binding(event.data, decision.operation, self._target(event.data["topic"]))
+        name = event.data["topic"]
+        template = self._cfg["topic.template"]
+        if str(event.data.get("patternType", "LITERAL")).upper() == "PREFIXED" and \
+                (not template.endswith("{topic}") or template.count("{topic}") != 1):
+            self._counts["acls_skipped"] += 1
+            self._note_once("acls:prefix", "prefixed ACLs are not copied: topic.template %r puts text after {topic},"
+                            " so a prefix has no target prefix", template)
+            return
+        binding = acl_binding(event.data, decision.operation, self._target(name))
         timeout = self._admin.timeout()
         what = f"create the ACL {binding}"
         try:

@@ -194,17 +194,18 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     The first phase drives the task pair in this process (one runner across both epochs) so the
     failure surfaces in delivery reports rather than in a restarted task's metadata lookup.
     """
+    from kafka_brokers import kafka_broker
+
     from connect.tasks.policy import RunnerPolicy
     from connect.tasks.runner import TaskPairRunner
     from connectors.kafka import KafkaSinkTask, KafkaSourceTask
-    from worker.embedded import EmbeddedKafka
     from worker.stores.store import OffsetStore
 
     src, _ = kafka_pair
     topic = f"down-{unique}"
     create_topic(src.bootstrap, topic, 1)
     produce(src.bootstrap, topic, 100, 1)
-    target = EmbeddedKafka(log_path=tmp_path / "target.log").start()
+    target = kafka_broker(log_path=tmp_path / "target.log").start()
     pipeline = kafka_pipeline(unique, src.bootstrap, target.bootstrap, **{
         "source.topics": topic, "sink.producer.override.message.timeout.ms": 1500,
         "errors.retry.timeout": 500, "epoch.max.ms": 2000})
@@ -243,7 +244,7 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     store.commit(unique, committed)
     store.close()
 
-    target = EmbeddedKafka(port=target.port, log_path=tmp_path / "target2.log").start()  # empty, in memory
+    target = kafka_broker(port=target.port, log_path=tmp_path / "target2.log").start()  # a new, empty cluster
     try:
         driver = make_driver(spark, tmp_path, pipeline)  # resumes after offset 99
         try:

@@ -10,6 +10,7 @@ import time
 import attrs
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka_brokers import kafka_broker
 from kafka_util import consume_all, create_topic
 from pipeline_util import first_copies_out_of_order
 
@@ -21,7 +22,6 @@ from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
 from connectors.kafka import KafkaSinkConnector, KafkaSinkTask, KafkaSourceTask
 from connectors.kafka.native import KafkaCodec
-from worker.embedded import EmbeddedKafka
 
 BIG = ("pad", b"p" * 3000)  # over the sink's message.max.bytes (2000) below, not over the DLQ's
 
@@ -253,7 +253,7 @@ def test_a_full_producer_queue_is_waited_for_and_what_does_not_fit_by_the_deadli
     msgs = _consume(src.bootstrap, topic, 1, n + late)
     codec = KafkaCodec({topic: {0: {"topic": topic, "partition": 0}}})
     first, then = codec.batch(msgs[:n]), codec.batch(msgs[n:])
-    with EmbeddedKafka() as dst:
+    with kafka_broker() as dst:
         create_topic(dst.bootstrap, target, 1)
         config = {"bootstrap.servers": dst.bootstrap, "topic": target,
                   "producer.override.queue.buffering.max.messages": "5"}

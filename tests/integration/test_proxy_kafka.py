@@ -23,22 +23,23 @@ from confluent_kafka import Producer
 if __name__ == "__main__":  # run by hand: make tests/ and the project importable as conftest does
     sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 
+from kafka_brokers import kafka_broker  # noqa: E402
 from kafka_util import consume_all, create_topic  # noqa: E402
 from netproxy import TcpProxy  # noqa: E402
 
-from worker.embedded import EmbeddedKafka, free_port  # noqa: E402
+from worker.embedded import ApacheKafka, EmbeddedKafka, free_port  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
 PARTITIONS = 3
 
 
-def start_proxied_kafka(log_path=None) -> tuple[TcpProxy, EmbeddedKafka]:
-    """A proxy first (it needs the broker's port), then tansu advertising the proxy's port."""
+def start_proxied_kafka(log_path=None) -> tuple[TcpProxy, EmbeddedKafka | ApacheKafka]:
+    """A proxy first (it needs the broker's port), then the broker advertising the proxy's port."""
     broker_port = free_port()
     proxy = TcpProxy(broker_port)
     try:
-        kafka = EmbeddedKafka(port=broker_port, advertised_port=proxy.port, log_path=log_path).start()
+        kafka = kafka_broker(port=broker_port, advertised_port=proxy.port, log_path=log_path).start()
     except BaseException:
         proxy.close()
         raise

@@ -8,13 +8,13 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from kafka_brokers import kafka_broker
 from kafka_util import consume_all, create_topic
 
 from connect.errors import DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTaskContext
 from connectors.kafka import KafkaSinkTask
-from worker.embedded import EmbeddedKafka
 
 
 def _records(topic: str, start: int, stop: int, big: int | None = None) -> list[ConnectRecord]:
@@ -102,7 +102,7 @@ def test_sinks_share_a_producer_per_settings_and_each_gets_only_its_own_outcomes
 
 @pytest.fixture()
 def frozen_target():
-    with EmbeddedKafka() as broker:
+    with kafka_broker() as broker:
         yield broker
         broker.thaw()
 

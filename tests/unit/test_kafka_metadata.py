@@ -65,6 +65,15 @@ def test_config_ops_set_what_differs_and_delete_overrides_the_source_no_longer_h
     assert km.config_ops({"retention.ms": "5"}, {"retention.ms": entry("retention.ms", "5")}, "") == {}
 
 
+def test_described_entries_hold_the_config_source_as_an_int():
+    """confluent-kafka's describe_configs results hold ``source`` as the wire's int, not the enum."""
+    held = {"retention.ms": ConfigEntry("retention.ms", "5", source=ConfigSource.DYNAMIC_TOPIC_CONFIG.value)}
+    assert km.config_ops({}, held, "") == {"retention.ms": None}  # an override the source no longer has
+    static = [ConfigEntry("retention.ms", "-1", source=ConfigSource.STATIC_BROKER_CONFIG.value),
+              ConfigEntry("segment.ms", "9", source=ConfigSource.DEFAULT_CONFIG.value)]
+    assert km.topic_configs(static, "", source_defaults=True) == {"segment.ms": "9"}  # a broker's setting is not copied
+
+
 # -- ACLs ----------------------------------------------------------------------------------------------------------
 
 
@@ -95,7 +104,21 @@ def test_deny_acls_are_copied_as_they_are():  # MM2: a denial is never dropped (
     assert binding.permission_type == AclPermissionType.ALLOW and binding.operation == AclOperation.READ
 
 
-@pytest.mark.parametrize("data, reason", [(acl(patternType="PREFIXED"), "PREFIXED"), (acl("WRITE"), "WRITE")])
+def test_prefixed_acls_are_copied_as_prefixed():
+    from confluent_kafka.admin import ResourcePatternType
+
+    for data, operation in ((acl("READ", patternType="PREFIXED"), "READ"),
+                            (acl("WRITE", "DENY", patternType="PREFIXED"), "WRITE")):
+        decision = km.target_acl(data)
+        assert decision.operation == operation
+        binding = km.acl_binding(data, decision.operation, "ord")
+        assert binding.resource_pattern_type == ResourcePatternType.PREFIXED and binding.name == "ord"
+    assert km.target_acl(acl("WRITE", patternType="PREFIXED")).operation is None  # ALLOW WRITE: the same rule
+    literal = acl()
+    assert km.acl_id(literal) != km.acl_id({**literal, "patternType": "PREFIXED"})  # two bindings, two resources
+
+
+@pytest.mark.parametrize("data, reason", [(acl(patternType="MATCH"), "MATCH"), (acl("WRITE"), "WRITE")])
 def test_acls_not_copied_say_why(data, reason):
     decision = km.target_acl(data)
     assert decision.operation is None and reason in decision.reason
@@ -225,7 +248,7 @@ def test_events_the_sink_does_not_apply_are_counted_not_reported():
             topic_event(kind="Deleted"),  # MM2 never deletes
             MetadataChangeEvent("Created", "Tenants", "t", {"allowedClusters": []}, "A", 1),
             MetadataChangeEvent("Created", "Acls", "orders/1", acl("WRITE"), "A", 1),
-            MetadataChangeEvent("Created", "Acls", "orders/2", acl("READ", patternType="PREFIXED"), "A", 1),
+            MetadataChangeEvent("Created", "Acls", "orders/2", acl("READ", patternType="MATCH"), "A", 1),
             MetadataChangeEvent("Deleted", "Acls", "orders/3", None, "A", 1),
         ]])
         assert task.context.errant_record_reporter.take() == []

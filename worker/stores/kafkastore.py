@@ -379,19 +379,28 @@ class KafkaStores:
                                    "cleanup.policy=compact only: other policies delete connector configs, offsets or "
                                    "statuses. Change the topic's cleanup.policy to compact, or use another topic")
 
+    def _end_offsets(self, admin: AdminClient, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """The end offset of each partition. A transient answer is asked again for up to ``timeout_s``:
+        a topic just created has no leader for a moment (Apache Kafka answers NOT_LEADER_OR_FOLLOWER)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=self.timeout_s)
+                return {(tp.topic, tp.partition): future.result(timeout=self.timeout_s + 5).offset
+                        for tp, future in futures.items()}
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                if _error_class(err) is not RetriableError or time.monotonic() > deadline:
+                    raise _error_class(err)(f"cannot read the end offsets of the store topics: {err.str()}") from exc
+            except Exception as exc:
+                raise RetriableError(f"cannot read the end offsets of the store topics: {exc}") from exc
+            time.sleep(0.1)
+
     def _read_all(self, admin: AdminClient, partitions: dict[str, int]) -> dict[str, list[Record]]:
         """Every record of the topics, from the beginning to the end as of now, in partition order."""
         out: dict[str, list[Record]] = {topic: [] for topic in partitions}
         tps = [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
-        try:
-            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=self.timeout_s)
-            ends = {(tp.topic, tp.partition): future.result(timeout=self.timeout_s + 5).offset
-                    for tp, future in futures.items()}
-        except KafkaException as exc:
-            err = _kafka_error(exc)
-            raise _error_class(err)(f"cannot read the end offsets of the store topics: {err.str()}") from exc
-        except Exception as exc:
-            raise RetriableError(f"cannot read the end offsets of the store topics: {exc}") from exc
+        ends = self._end_offsets(admin, tps)
         pending = {key for key, end in ends.items() if end > 0}
         if not pending:
             return out
