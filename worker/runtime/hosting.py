@@ -47,7 +47,7 @@ import attrs
 
 from connect.tasks.results import FAILED, EpochResult
 from worker.runtime.control import ControlAddress, ControlClient, ControlServer, client_for
-from worker.runtime.partition import TaskPairSpec, evict_cached, pair_id, run_task_pair_epoch
+from worker.runtime.partition import TaskPairSpec, evict_cached, not_run, pair_id, run_task_pair_epoch
 
 __all__ = ["HostPool", "serve_host", "BUSY", "HOT"]
 
@@ -197,7 +197,8 @@ class HostPool:
                 with self._cond:
                     host.running.pop(key, None)
                     self._unplace(pair_id(spec.connector, spec.task))  # its old runner may be stuck there
-                results.append(not_run(spec, f"no result from host {host.id} within {bound:.0f} s", retriable=True))
+                results.append(not_run(spec, f"no result from host {host.id} within {bound:.0f} s",
+                                       retriable=True, on_executor=False))
         return results
 
     def close(self) -> None:
@@ -207,7 +208,7 @@ class HostPool:
             for host in self._hosts.values():
                 for spec, future in list(host.running.values()):
                     if not future.done():
-                        future.set_result(not_run(spec, "the worker is stopping", retriable=True))
+                        future.set_result(not_run(spec, "the worker is stopping", retriable=True, on_executor=False))
                 host.running.clear()
             self._cond.notify_all()
         if self._server is not None:  # once the waiting hosts were told to end
@@ -352,13 +353,7 @@ class HostPool:
         for spec, future in lost:
             if not future.done():
                 future.set_result(not_run(spec, f"the host running this pair ({host.id}) was lost: {error}",
-                                          retriable=True))
-
-
-def not_run(spec: TaskPairSpec, why: str, *, retriable: bool) -> EpochResult:
-    now = time.time()
-    return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, now, now, trace=why,
-                       restarted=True, retriable=retriable, token=spec.token)
+                                          retriable=True, on_executor=False))
 
 
 # -- executor side -------------------------------------------------------------------------------
