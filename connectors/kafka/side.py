@@ -24,7 +24,7 @@ from connect.errors import DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink.side import AsyncSideWriter, time_left
 from connectors.kafka.clients import POOL, client_config
-from connectors.kafka.sink import _BROKEN_PRODUCER, CONFIG, PRODUCER_DEFAULTS, is_permanent
+from connectors.kafka.sinkconfig import BROKEN_PRODUCER, CONFIG, PRODUCER_DEFAULTS, is_permanent
 from connectors.kafka.topics import TargetTopics
 
 __all__ = ["KafkaSideWriter"]
@@ -101,7 +101,7 @@ class KafkaSideWriter(AsyncSideWriter):
                 error = DeliveryError(f"{where} refused the record: {err.name()}: {err.str()}")
             else:
                 error = RetriableError(f"delivery to {where} failed: {err.name()}: {err.str()}")
-            if err.fatal() or err.code() in _BROKEN_PRODUCER:  # replaced once this poll returns
+            if err.fatal() or err.code() in BROKEN_PRODUCER:  # replaced once this poll returns
                 self._broken = True
         self._settled(r, error)
 

@@ -22,7 +22,7 @@ from connect.sink.side import QueuedSideWriter, time_left
 from connectors.pulsar.clients import CLIENTS, client_settings
 from connectors.pulsar.mapping import message_fields
 from connectors.pulsar.names import PULSAR_NAMES
-from connectors.pulsar.sink import CONFIG, permanent_results, producer_options
+from connectors.pulsar.sinkconfig import CONFIG, permanent_results, producer_options
 
 __all__ = ["PulsarSideWriter"]
 

@@ -22,7 +22,7 @@ from connect.records import ConnectRecord
 from connect.sink.side import QueuedSideWriter, time_left
 from connectors.rocketmq.clients import CLIENTS, client_settings
 from connectors.rocketmq.mapping import message_properties
-from connectors.rocketmq.sink import CONFIG, MAX_MESSAGE_SIZE, _Target
+from connectors.rocketmq.sinkconfig import CONFIG, MAX_MESSAGE_SIZE, Target
 
 __all__ = ["RocketMQSideWriter"]
 
@@ -36,7 +36,7 @@ class RocketMQSideWriter(QueuedSideWriter):
         self._cfg = cfg
         self._settings = client_settings(cfg)
         self._client = None
-        self._target: _Target | None = None
+        self._target: Target | None = None
         self._stale = False  # a send failed since the last lookup: look the route up again
         self._lookup_at = 0.0  # not before then (a lookup that failed, or a stale route, waits)
 
@@ -65,19 +65,19 @@ class RocketMQSideWriter(QueuedSideWriter):
             future.cancel()
             raise RetriableError(f"route lookup of topic {topic}: no answer in {left:.1f} s") from None
 
-    def _route(self, deadline: float) -> _Target:
+    def _route(self, deadline: float) -> Target:
         from connectors.rocketmq.client import TopicNotFoundError
 
         if self._client is None:
             self._client = CLIENTS.acquire(self._settings)
         try:
-            return _Target(self.topic, self._lookup(self.topic, deadline))
+            return Target(self.topic, self._lookup(self.topic, deadline))
         except TopicNotFoundError:
             pass
         except ConnectError as exc:
             raise RetriableError(f"cannot look up topic {self.topic}: {exc}") from exc
         try:
-            target = _Target(self.topic, self._lookup(_DEFAULT_TOPIC, deadline))
+            target = Target(self.topic, self._lookup(_DEFAULT_TOPIC, deadline))
         except ConnectError as exc:
             raise RetriableError(f"topic {self.topic} does not exist and no broker serves {_DEFAULT_TOPIC} to "
                                  f"create it from ({exc}): create the topic") from exc

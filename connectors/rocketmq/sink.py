@@ -41,7 +41,6 @@ records.
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import logging
 import threading
 import zlib
@@ -49,41 +48,20 @@ from collections import deque
 from functools import partial
 from typing import Any, Mapping, Sequence
 
-from connect.config import ConfigDef, Type, at_least, one_of
+from connect.config import ConfigDef
 from connect.connector import SinkConnector
 from connect.errors import ConfigIssue, ConnectError, DeliveryError, NotSentError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, QueuedOutcomes, SinkTask
-from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
-from connect.sink.routing import ROUTING_CONFIG
-from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
+from connect.sink.naming import IllegalTopicName, TargetNames, naming_issues
+from connectors.rocketmq.clients import CLIENTS, client_issues, client_settings
 from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
 from connectors.rocketmq.names import ROCKETMQ_NAMES
+from connectors.rocketmq.sinkconfig import CONFIG, MAX_MESSAGE_SIZE, Target
 
 __all__ = ["RocketMQSinkConnector", "RocketMQSinkTask"]
 
 log = logging.getLogger(__name__)
-
-MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-
-CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
-    ConfigDef()
-    .define("queue.selection", Type.STRING, "source", "source (the source queue/partition id), key or round_robin.",
-            validator=one_of("source", "key", "round_robin"))
-    .define("tag", Type.STRING, "", "Tag of messages whose record has no rocketmq.tags header; empty: none.")
-    .define("producer.group", Type.STRING, "connect-sink", "Producer group named in the sends.")
-    .define("batch.size", Type.INT, 256, "Most messages per batch send.", validator=at_least(1))
-    .define("batch.max.bytes", Type.INT, 1024 * 1024, "Most body bytes per batch send.", validator=at_least(1))
-    .define("max.pending.messages", Type.INT, 20_000, "Most records of a task sent without an outcome.",
-            validator=at_least(1))
-    .define("max.in.flight.batches.per.queue", Type.INT, 1,
-            "Most batches sent to one queue without an outcome. 1 keeps queue (key) order through transient "
-            "failures; more pipelines sends to a queue, and a later batch may then land before a failed one "
-            "is re-sent.", validator=at_least(1))
-    .define("auto.create.topics", Type.BOOLEAN, False,
-            "Create missing target topics with the source's queue count before the first epoch.")
-)
-
 
 class RocketMQSinkConnector(SinkConnector):
     @classmethod
@@ -168,22 +146,6 @@ def _creation_broker(client) -> str:
                        "broker auto-create them")
 
 
-class _Target:
-    """A target topic's writable queues and their brokers' addresses (the sink's and its side writer's)."""
-
-    __slots__ = ("topic", "queues", "addrs", "names", "rr")
-
-    def __init__(self, topic: str, route) -> None:
-        queues = route.write_queues()
-        if not queues:
-            raise RetriableError(f"target topic {topic} has no writable queue")
-        self.topic = topic
-        self.queues = queues
-        self.addrs = [route.master_addr(q.broker_name) for q in queues]
-        self.names = [q.broker_name for q in queues]
-        self.rr = itertools.count()
-
-
 class _Lane:
     """The sends to one target queue: how many are in flight, the batches waiting their turn
     (oldest first: [records, messages, checkpoint, bytes, alone]), and whether a failure holds the
@@ -191,7 +153,7 @@ class _Lane:
 
     __slots__ = ("target", "index", "busy", "waiting", "blocked")
 
-    def __init__(self, target: _Target, index: int) -> None:
+    def __init__(self, target: Target, index: int) -> None:
         self.target = target
         self.index = index
         self.busy = 0
@@ -206,7 +168,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         self._route = TargetNames(cfg, ROCKETMQ_NAMES)
         self._settings = client_settings(cfg)
         self._client = CLIENTS.acquire(self._settings)
-        self._targets: dict[str, _Target] = {}
+        self._targets: dict[str, Target] = {}
         self._selection = cfg["queue.selection"]
         self._tag = cfg["tag"] or None
         self._group = cfg["producer.group"]
@@ -220,7 +182,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         self._init_outcomes()  # (records, messages, target, queue index, gen, lane, future) from the client's thread
         self._failed_sends = 0  # transient send failures served so far
 
-    def _target(self, source_topic: str) -> _Target:
+    def _target(self, source_topic: str) -> Target:
         target = self._targets.get(source_topic)
         if target is None:
             name = self._route(source_topic)
@@ -230,10 +192,10 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 raise
             except ConnectError as exc:
                 raise RetriableError(f"cannot look up target topic {name}: {exc}") from exc
-            target = self._targets[source_topic] = _Target(name, route)
+            target = self._targets[source_topic] = Target(name, route)
         return target
 
-    def _queue_index(self, target: _Target, r: ConnectRecord) -> int:
+    def _queue_index(self, target: Target, r: ConnectRecord) -> int:
         n = len(target.queues)
         if self._selection == "source" and r.partition is not None:
             return r.partition % n
@@ -322,7 +284,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         target, index, records, messages, size = batch
         self._queue(target, index, [[records, messages, gen or self._gen, size, False]])
 
-    def _queue(self, target: _Target, index: int, parts: list[list], front: bool = False) -> None:
+    def _queue(self, target: Target, index: int, parts: list[list], front: bool = False) -> None:
         """Count ``parts`` pending and queue them for their queue (in front of what waits: a re-send)."""
         q = target.queues[index]
         key = (target.topic, q.broker_name, q.queue_id)

@@ -59,7 +59,7 @@ def test_an_undeliverable_sink_shows_nothing_committed_growing_lag_and_the_reaso
     metrics = c.get("/metrics").text
     assert _metric(metrics, "connect_records_committed_total", name) in (None, 0.0)
     assert _metric(metrics, "connect_source_lag_records", name) == 2000
-    runtime = w.herder._connectors[name].runtime
+    runtime = w.herder.registry.connectors[name].runtime
     line = format_result(runtime.tasks[0].last)  # the line `connect run` prints for this epoch
     assert "committed 0 " in line and "lag 2,000" in line and "retrying delivery" in line, line
     assert runtime.committed_total == 0

@@ -113,7 +113,7 @@ def test_a_lost_host_reports_its_epochs_failed_retriable_and_its_pairs_are_place
     pool.place("a/0")
     with pool._cond:
         host = pool._hosts["h1"]
-    spec = type("Spec", (), {"connector": "a", "task": 0, "epoch": 7, "token": "t"})()
+    spec = type("Spec", (), {"connector": "a", "task": 0, "epoch": 7, "token": "t", "secrets": frozenset()})()
     future: Future = Future()
     host.running["t"] = (spec, future)
 
@@ -203,3 +203,74 @@ def test_while_a_sibling_still_runs_the_pairs_done_are_told_to_keep_pumping_and_
     assert [r.task for r in got] == [0, 1]
     pool._work_request({"host": first, "wait": 0})  # one renewal may have been queued before the last result
     assert "renew" not in pool._work_request({"host": first, "wait": 0.5}), "the next epoch is due: no more"
+
+
+def _spec_with(secret: str):
+    from connect.tasks.policy import RunnerPolicy
+    from connect.testing import MemorySinkConnector, MemorySinkTask, MemorySourceTask
+    from worker.runtime.partition import TaskPairSpec
+
+    return TaskPairSpec(connector="a", task=0, epoch=3, prev_epoch=None, generation="g",
+                        source_task_class=MemorySourceTask, source_config={"password": secret},
+                        sink_task_class=MemorySinkTask, sink_config={}, dlq_config=None, policy=RunnerPolicy(),
+                        token="t3", sink_connector_class=MemorySinkConnector, secrets=frozenset({secret}))
+
+
+def test_an_error_escaping_a_hosted_pair_reaches_the_driver_with_its_secrets_masked(monkeypatch):
+    """The executor side of shared hosting: whatever escapes the epoch (its traceback quotes the
+    secret) is posted over the control channel masked, as every error text leaving an executor."""
+    import base64
+    import pickle
+
+    from connect.secrets import MASK
+    from worker.runtime import hosting
+    from worker.runtime.control import ControlServer
+
+    secret = "hosted-s3cr3t-7f1c"
+
+    def escaping(spec, control):
+        raise RuntimeError(f"login failed for password={secret}")
+
+    monkeypatch.setattr(hosting, "run_task_pair_epoch", escaping)
+    posted: list[EpochResult] = []
+    server = ControlServer()
+    server.register("host_result", lambda request: posted.append(pickle.loads(base64.b64decode(request["result"]))))
+    try:
+        hosting._run_and_report(server.address, None, "h1", "k", _spec_with(secret))
+    finally:
+        server.close()
+    [result] = posted
+    assert result.state == FAILED and result.retriable and result.token == "t3"
+    assert "RuntimeError: login failed for password=" + MASK in result.trace
+    assert secret not in result.trace
+
+
+def test_a_lost_host_reports_its_epochs_with_the_pairs_secrets_masked():
+    """The driver side: the error that ended a host's Spark job may quote a pair's config."""
+    from concurrent.futures import Future
+
+    from connect.secrets import MASK
+
+    secret = "lost-host-s3cr3t-90ab"
+    pool = _Pool(max_hosts=1)
+    pool.place("a/0")
+    with pool._cond:
+        host = pool._hosts["h1"]
+    future: Future = Future()
+    host.running["t3"] = (_spec_with(secret), future)
+
+    class _Failing:
+        def setLocalProperty(self, *_):
+            pass
+
+        def setJobDescription(self, *_):
+            pass
+
+        def parallelize(self, *_a):
+            raise RuntimeError(f"Python worker exited: bad config password={secret}")
+
+    pool._sc_of = lambda: _Failing()
+    pool._host_job(host)
+    result = future.result(timeout=1)
+    assert result.state == FAILED and "was lost" in result.trace
+    assert secret not in result.trace and MASK in result.trace

@@ -241,14 +241,14 @@ def test_the_herder_logs_no_text_of_an_unexpected_error_when_a_stored_config_doe
     from types import SimpleNamespace
 
     from connect.secrets import Redactor
-    from worker.herder import Herder
+    from worker.herding.validation import Validation
 
     def validate(name, config):
         raise RuntimeError(f"cannot reach broker with password {config['sink.sasl.password']}")
 
-    herder = SimpleNamespace(validate=validate, redactor=Redactor(), _flow_of=Herder._flow_of)
+    validation = SimpleNamespace(validate=validate, redactor=Redactor(), flow_of=Validation.flow_of)
     with caplog.at_level("WARNING", logger="worker.herder"):
-        assert Herder._flow(herder, "AB", {"sink.sasl.password": "hunter2"}) is None
+        assert Validation.flow(validation, "AB", {"sink.sasl.password": "hunter2"}) is None
     assert "hunter2" not in caplog.text and "RuntimeError" in caplog.text and "AB" in caplog.text
 
 

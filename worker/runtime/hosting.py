@@ -48,7 +48,7 @@ import attrs
 
 from connect.tasks.results import FAILED, EpochResult
 from worker.runtime.control import ControlAddress, ControlClient, ControlServer, client_for
-from worker.runtime.partition import TaskPairSpec, evict_cached, pair_id, renew_bridge, run_task_pair_epoch
+from worker.runtime.partition import TaskPairSpec, evict_cached, not_run, pair_id, renew_bridge, run_task_pair_epoch
 
 __all__ = ["HostPool", "serve_host", "BUSY", "HOT"]
 
@@ -222,7 +222,7 @@ class HostPool:
                         host.running.pop(key, None)
                         self._unplace(pair_id(spec.connector, spec.task))  # its old runner may be stuck there
                     results[key] = not_run(spec, f"no result from host {host.id} within {bounds[key] - started:.0f} s",
-                                           retriable=True)
+                                           retriable=True, on_executor=False)
             if tick is not None and len(results) < len(waits):
                 with self._cond:
                     for spec, host, key, _ in waits:
@@ -238,7 +238,7 @@ class HostPool:
             for host in self._hosts.values():
                 for spec, future in list(host.running.values()):
                     if not future.done():
-                        future.set_result(not_run(spec, "the worker is stopping", retriable=True))
+                        future.set_result(not_run(spec, "the worker is stopping", retriable=True, on_executor=False))
                 host.running.clear()
             self._cond.notify_all()
         if self._server is not None:  # once the waiting hosts were told to end
@@ -383,13 +383,7 @@ class HostPool:
         for spec, future in lost:
             if not future.done():
                 future.set_result(not_run(spec, f"the host running this pair ({host.id}) was lost: {error}",
-                                          retriable=True))
-
-
-def not_run(spec: TaskPairSpec, why: str, *, retriable: bool) -> EpochResult:
-    now = time.time()
-    return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, now, now, trace=why,
-                       restarted=True, retriable=retriable, token=spec.token)
+                                          retriable=True, on_executor=False))
 
 
 # -- executor side -------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from connect.transforms.chain import TransformsConfig
 from worker.runtime.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
 __all__ = ["TaskPairSpec", "JobContext", "run_task_pair_epoch", "run_claimed_epoch", "stop_all_cached", "pair_id",
-           "evict_cached", "renew_bridge"]
+           "evict_cached", "renew_bridge", "not_run"]
 
 log = logging.getLogger(__name__)
 
@@ -328,8 +328,8 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
             try:
                 cached = _Cached(spec.generation, _build(spec, control), _idle_after_s(spec.policy), control)
             except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
-                return _not_run(spec, started, "".join(traceback.format_exception(exc)),
-                                retriable=_transient_start_failure(exc))
+                return not_run(spec, "".join(traceback.format_exception(exc)), started=started,
+                               retriable=_transient_start_failure(exc))
             with _LOCK:
                 _RUNNERS[key] = cached
             if control is not None:
@@ -383,11 +383,17 @@ def renew_bridge(connector: str, task: int) -> None:
         cached.runner.renew_pump(time.monotonic() + cached.runner.policy.epoch_bridge_ms / 1000)
 
 
-def _not_run(spec: TaskPairSpec, started: float, trace: str, *, retriable: bool) -> EpochResult:
-    """FAILED result of an epoch whose pair never ran (it could not start, or its answer was lost)."""
-    return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, started, time.time(),
-                       trace=_REDACTOR.redact(trace),
-                       pid=os.getpid(), restarted=True, retriable=retriable, token=spec.token, host=_HOST)
+def not_run(spec: TaskPairSpec, trace: str, *, retriable: bool, started: float | None = None,
+            on_executor: bool = True) -> EpochResult:
+    """FAILED result of an epoch whose pair never ran: it could not start, its answer was lost, its
+    host was lost or the worker is stopping. The one place such a result is built, on the executor
+    or on the driver (``on_executor=False``: it names no process). Error texts leave this process
+    masked: the pair's own secrets and every secret this process has seen are replaced in ``trace``."""
+    _REDACTOR.add(spec.secrets)
+    now = time.time()
+    return EpochResult(spec.connector, spec.task, spec.epoch, FAILED, {}, {}, now if started is None else started,
+                       now, trace=_REDACTOR.redact(trace), pid=os.getpid() if on_executor else 0,
+                       restarted=True, retriable=retriable, token=spec.token, host=_HOST if on_executor else "")
 
 
 def _transient_start_failure(exc: BaseException) -> bool:
@@ -450,8 +456,8 @@ def _delegate(home: ControlAddress, spec: TaskPairSpec, control: ControlAddress 
             raise ConnectionError(answer["error"])
         return pickle.loads(base64.b64decode(answer["ok"]))
     except (OSError, ValueError) as exc:
-        return _not_run(spec, started, f"the epoch delegated to {host}:{port} (the pair's home process) was lost: {exc}",
-                        retriable=True)
+        return not_run(spec, f"the epoch delegated to {host}:{port} (the pair's home process) was lost: {exc}",
+                       started=started, retriable=True)
 
 
 def run_claimed_epoch(index: int, specs: list[TaskPairSpec], job: JobContext) -> EpochResult:

@@ -97,6 +97,12 @@ class Stores(Protocol):
     configs: ConfigBackend
     statuses: StatusBackend
 
+    @property
+    def fenced(self) -> str | None:
+        """Why these stores take no write any more (another worker took them over), or None. The
+        herder stops its connectors once it is set: their epochs would copy records whose offsets
+        can never be committed."""
+
     def close(self) -> None: ...
 
 
@@ -242,6 +248,12 @@ class SqliteStores:
                 self.offsets._db.execute(ddl)
         self.configs = _SqliteConfigs(self.offsets)
         self.statuses = _SqliteStatuses(self.offsets)
+
+    @property
+    def fenced(self) -> str | None:
+        """Never: the data directory is locked for this worker (``DataDirLocked``), so no other
+        worker can take these stores over while it runs."""
+        return None
 
     def close(self) -> None:
         self.offsets.close()
