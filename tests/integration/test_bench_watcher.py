@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import threading
-from pathlib import Path
 
 import pytest
+from bench_modules import bench_module
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import e2e  # noqa: E402
+e2e = bench_module("e2e")
 
 RECORDS = 300_000  # three times queued.min.messages: the watcher's queue fills while it reads
 _BACKOFF = re.compile(r"Fetch backoff for (\d+)ms: Local: Queue full")

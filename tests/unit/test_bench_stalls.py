@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from bench_modules import bench_module
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from e2e import longest_stalls, steady_rate  # noqa: E402
+longest_stalls = bench_module("e2e").longest_stalls
+steady_rate = bench_module("e2e").steady_rate
 
 
 def _arrivals(rows):
