@@ -11,10 +11,10 @@ def produce(broker, topic: str, count: int, queues: int, *, start: int = 0, tags
     born timestamp 1.7e12 + i; every send result checked."""
     with SyncRocketMQClient(broker.namesrv) as c:
         if start == 0:
-            c.create_topic(broker.namesrv, topic, queues, queues)
+            c.create_topic(broker.broker_addr, topic, queues, queues)
         futures = []
         for i in range(start, start + count):
-            futures.append(c.send(broker.namesrv, topic, i % queues, f"value-{i}".encode(),
+            futures.append(c.send(broker.broker_addr, topic, i % queues, f"value-{i}".encode(),
                                   {"KEYS": f"key-{i}", "TAGS": tags[i % len(tags)], "idx": str(i), "src": "test",
                                    "UNIQ_KEY": f"{i:032X}"}, born_timestamp=1_700_000_000_000 + i))
             if len(futures) >= 2000:

@@ -45,8 +45,8 @@ def _stored(broker, topic: str) -> int:
 
 def _write_orders(primary) -> None:
     with SyncRocketMQClient(primary.namesrv) as c:
-        c.create_topic(primary.namesrv, ORDERS, QUEUES, QUEUES)
-        sends = [c.send(primary.namesrv, ORDERS, i % QUEUES, f"order-{i}".encode(), {"KEYS": f"order-{i}"})
+        c.create_topic(primary.broker_addr, ORDERS, QUEUES, QUEUES)
+        sends = [c.send(primary.broker_addr, ORDERS, i % QUEUES, f"order-{i}".encode(), {"KEYS": f"order-{i}"})
                  for i in range(N)]
         assert all(f.result(30).ok for f in sends)
 
@@ -55,11 +55,11 @@ def _consume_orders(primary) -> dict[int, int]:
     """A consumer group, registered by its heartbeat as a RocketMQ consumer is, reads every order
     of each queue and commits, then goes away; its next offset per queue."""
     with SyncRocketMQClient(primary.namesrv) as c:
-        c.heartbeat(primary.namesrv, "orders-app@1", consumer_groups=[ConsumerData(GROUP, (ORDERS,))])
+        c.heartbeat(primary.broker_addr, "orders-app@1", consumer_groups=[ConsumerData(GROUP, (ORDERS,))])
         for q in range(QUEUES):
-            pulled = c.pull(primary.namesrv, GROUP, ORDERS, q, 0, N)
+            pulled = c.pull(primary.broker_addr, GROUP, ORDERS, q, 0, N)
             assert pulled.status == "FOUND" and len(pulled.messages) == N // QUEUES
-            c.update_consumer_offset(primary.namesrv, GROUP, ORDERS, q, N // QUEUES)
+            c.update_consumer_offset(primary.broker_addr, GROUP, ORDERS, q, N // QUEUES)
     return {q: N // QUEUES for q in range(QUEUES)}
 
 

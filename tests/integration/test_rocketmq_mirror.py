@@ -320,4 +320,4 @@ def test_start_positions_and_progress_written_to_a_source_consumer_group(rocketm
         got = sorted(_index(m) for msgs in consume_all(dst, target).values() for m in msgs)
         assert got == list(range(first, end)), position
         with SyncRocketMQClient(src.namesrv) as c:
-            assert c.query_consumer_offset(src.namesrv, f"grp-{position}", topic, 0) == end
+            assert c.query_consumer_offset(src.broker_addr, f"grp-{position}", topic, 0) == end

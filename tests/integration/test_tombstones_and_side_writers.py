@@ -100,7 +100,7 @@ def test_rocketmq_sink_marks_tombstones_so_the_source_restores_them(rocketmq_pai
     _, dst = rocketmq_pair
     topic = f"tomb-{unique}"[:60].replace(".", "-")
     with SyncRocketMQClient(dst.namesrv) as c:
-        c.create_topic(dst.namesrv, topic, 1, 1)
+        c.create_topic(dst.broker_addr, topic, 1, 1)
     given = [*RECORDS, (b"k5", b"")]
     _Given.given = given
     try:
