@@ -57,7 +57,7 @@ from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.naming import NAMING_CONFIG, IllegalTopicName, TargetNames, naming_issues
 from connect.sink.routing import ROUTING_CONFIG
 from connectors.rocketmq.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
-from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
+from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_body, message_properties
 from connectors.rocketmq.names import ROCKETMQ_NAMES
 
 __all__ = ["RocketMQSinkConnector", "RocketMQSinkTask"]
@@ -280,7 +280,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                     report(r, DeliveryError(f"record {r.position()} has a {type(value).__name__} value: RocketMQ "
                                             "bodies are bytes (set the sink's value.converter)"))
                     continue
-            body = value or b""
+            body = message_body(value)
             if len(body) > MAX_MESSAGE_SIZE:
                 report(r, DeliveryError(f"record {r.position()}: a body of {len(body)} bytes is larger than "
                                         f"RocketMQ's {MAX_MESSAGE_SIZE}"))
