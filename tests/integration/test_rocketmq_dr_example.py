@@ -1,11 +1,11 @@
 """The shipped RocketMQ disaster-recovery example (``conf/replication/rocketmq-dr-*.json``) as a new
-user runs it: two fresh embedded RocketMQ brokers, only ``ROCKETMQ_PRIMARY`` / ``ROCKETMQ_STANDBY``
-set, the four files loaded as ``connect run`` loads them, in the natural order (the replicator
-first, the application later). The mirror and the monitor start with nothing to read and say so;
-then the heartbeats reach the standby and are reported healthy within two heartbeat intervals,
-the orders an application writes to the primary arrive on the standby, and the position of the
-application's consumer group is checkpointed to the standby (translated through the mirror's offset
-syncs to where the group would resume there)."""
+user runs it: two fresh RocketMQ brokers (embedded, or Apache with CONNECT_TEST_ROCKETMQ=apache),
+only ``ROCKETMQ_PRIMARY`` / ``ROCKETMQ_STANDBY`` set, the four files loaded as ``connect run`` loads
+them, in the natural order (the replicator first, the application later). The mirror and the monitor
+start with nothing to read and say so; then the heartbeats reach the standby and are reported
+healthy within two heartbeat intervals, the orders an application writes to the primary arrive on
+the standby, and the position of the application's consumer group is checkpointed to the standby
+(translated through the mirror's offset syncs to where the group would resume there)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from rocketmq_brokers import rocketmq_broker
 from rocketmq_util import consume_all
 from service_util import wait_for
 
 from connectors.rocketmq.client import ConsumerData, SyncRocketMQClient, TopicNotFoundError
-from worker.embedded import EmbeddedRocketMQ
 from worker.pipeline import load_pipeline_file
 from worker.runtime.driver import Driver
 from worker.runtime.spark import SparkExecutor
@@ -79,8 +79,8 @@ def _checkpoints(standby) -> list[dict]:
 
 
 def test_shipped_rocketmq_dr_example_on_fresh_brokers(spark, tmp_path, monkeypatch):
-    with EmbeddedRocketMQ(tmp_path / "primary", log_path=tmp_path / "primary.log") as primary, \
-            EmbeddedRocketMQ(tmp_path / "standby", log_path=tmp_path / "standby.log") as standby:
+    with rocketmq_broker(tmp_path / "primary", log_path=tmp_path / "primary.log") as primary, \
+            rocketmq_broker(tmp_path / "standby", log_path=tmp_path / "standby.log") as standby:
         monkeypatch.setenv("ROCKETMQ_PRIMARY", primary.namesrv)
         monkeypatch.setenv("ROCKETMQ_STANDBY", standby.namesrv)
         pipelines = [load_pipeline_file(CONF / f"rocketmq-dr-{name}.json") for name in FILES]
