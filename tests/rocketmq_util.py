@@ -9,7 +9,7 @@ def produce(broker, topic: str, count: int, queues: int, *, start: int = 0, tags
     """``count`` messages round robin over the queues (the topic is created with ``queues``);
     body ``value-i``, keys ``key-i``, tag alternating over ``tags``, properties ``idx``/``src``,
     born timestamp 1.7e12 + i; every send result checked."""
-    with SyncRocketMQClient(broker.namesrv) as c:
+    with SyncRocketMQClient(broker.namesrv, timeout=30) as c:
         if start == 0:
             c.create_topic(broker.broker_addr, topic, queues, queues)
         futures = []
@@ -26,7 +26,7 @@ def produce(broker, topic: str, count: int, queues: int, *, start: int = 0, tags
 def consume_all(broker, topic: str) -> dict[int, list]:
     """Every message of every queue of ``topic``, by queue id, in queue order."""
     out: dict[int, list] = {}
-    with SyncRocketMQClient(broker.namesrv) as c:
+    with SyncRocketMQClient(broker.namesrv, timeout=30) as c:
         route = c.topic_route(topic)
         for mq in route.read_queues():
             addr = route.master_addr(mq.broker_name)
