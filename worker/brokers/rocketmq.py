@@ -93,6 +93,13 @@ def broker_conf(*, name: str, port: int, namesrv: str, store: Path, extra: dict[
         "mappedFileSizeConsumeQueue": 60_000 * 20,  # entries of 20 bytes
         "mappedFileSizeTimerLog": 8 * 1024 * 1024,
         "flushDiskType": "ASYNC_FLUSH",
+        # flow control: a send waiting over 200 ms in the broker's queue, or a store write over 1 s,
+        # is answered SYSTEM_BUSY (retriable); clients here pipeline thousands of sends on 2 loaded cores
+        "waitTimeMillsInSendQueue": 5000,
+        # one send thread, as 4.x had: 5.x's min(cores, 4) threads may store sends pipelined to one
+        # queue out of order (the sink keeps one batch in flight per queue; the tests' producers pipeline)
+        "sendMessageThreadPoolNums": 1,
+        "osPageCacheBusyTimeOutMills": 5000,
         **(extra or {}),
     }
     return _properties(settings)
