@@ -1,4 +1,4 @@
-"""Producing to and reading from the embedded RocketMQ broker in tests, with the project's client."""
+"""Producing to and reading from a RocketMQ broker (embedded or Apache) in tests, with the project's client."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def produce(broker, topic: str, count: int, queues: int, *, start: int = 0, tags
             futures.append(c.send(broker.broker_addr, topic, i % queues, f"value-{i}".encode(),
                                   {"KEYS": f"key-{i}", "TAGS": tags[i % len(tags)], "idx": str(i), "src": "test",
                                    "UNIQ_KEY": f"{i:032X}"}, born_timestamp=1_700_000_000_000 + i))
-            if len(futures) >= 2000:
+            if len(futures) >= 256:  # a window a JVM broker on a loaded machine serves within its flow control
                 assert all(f.result(30).ok for f in futures)
                 futures = []
         assert all(f.result(30).ok for f in futures)

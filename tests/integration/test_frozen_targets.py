@@ -101,7 +101,7 @@ def test_rocketmq_target_frozen_mid_stream_loses_nothing_and_keeps_queue_order(r
 
     src, dst = rocketmq_pair
     topic, queues, total = "Frozen" + hashlib.sha1(unique.encode()).hexdigest()[:10], 2, RATE * SECONDS
-    client = SyncRocketMQClient(src.namesrv)
+    client = SyncRocketMQClient(src.namesrv, timeout=30)  # the source is not frozen, only slow at times
     client.create_topic(src.broker_addr, topic, queues, queues)
     futures: list = []
 

@@ -35,7 +35,7 @@ N, QUEUES = 1000, 2
 
 def _stored(broker, topic: str) -> int:
     """Messages in ``topic`` (0 while it does not exist)."""
-    with SyncRocketMQClient(broker.namesrv) as c:
+    with SyncRocketMQClient(broker.namesrv, timeout=30) as c:
         try:
             route = c.topic_route(topic)
         except TopicNotFoundError:
@@ -44,7 +44,7 @@ def _stored(broker, topic: str) -> int:
 
 
 def _write_orders(primary) -> None:
-    with SyncRocketMQClient(primary.namesrv) as c:
+    with SyncRocketMQClient(primary.namesrv, timeout=30) as c:
         c.create_topic(primary.broker_addr, ORDERS, QUEUES, QUEUES)
         sends = [c.send(primary.broker_addr, ORDERS, i % QUEUES, f"order-{i}".encode(), {"KEYS": f"order-{i}"})
                  for i in range(N)]
@@ -54,11 +54,15 @@ def _write_orders(primary) -> None:
 def _consume_orders(primary) -> dict[int, int]:
     """A consumer group, registered by its heartbeat as a RocketMQ consumer is, reads every order
     of each queue and commits, then goes away; its next offset per queue."""
-    with SyncRocketMQClient(primary.namesrv) as c:
+    with SyncRocketMQClient(primary.namesrv, timeout=30) as c:
         c.heartbeat(primary.broker_addr, "orders-app@1", consumer_groups=[ConsumerData(GROUP, (ORDERS,))])
         for q in range(QUEUES):
-            pulled = c.pull(primary.broker_addr, GROUP, ORDERS, q, 0, N)
-            assert pulled.status == "FOUND" and len(pulled.messages) == N // QUEUES
+            offset = 0  # Apache answers at most 32 messages a pull (maxTransferCountOnMessageInMemory)
+            while offset < N // QUEUES:
+                pulled = c.pull(primary.broker_addr, GROUP, ORDERS, q, offset, N)
+                assert pulled.status == "FOUND" and pulled.messages
+                offset = pulled.next_begin_offset
+            assert offset == N // QUEUES
             c.update_consumer_offset(primary.broker_addr, GROUP, ORDERS, q, N // QUEUES)
     return {q: N // QUEUES for q in range(QUEUES)}
 
@@ -66,7 +70,7 @@ def _consume_orders(primary) -> dict[int, int]:
 def _group_on_standby(standby) -> dict[int, int]:
     """The group's offsets on the standby (0 where it has none: a broker answers 0 for a group
     without an offset on a queue that starts at 0)."""
-    with SyncRocketMQClient(standby.namesrv) as c:
+    with SyncRocketMQClient(standby.namesrv, timeout=30) as c:
         route = c.topic_route(ORDERS)
         return {mq.queue_id: c.query_consumer_offset(route.master_addr(mq.broker_name), GROUP, ORDERS, mq.queue_id)
                 for mq in route.read_queues()}
