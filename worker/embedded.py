@@ -462,6 +462,8 @@ class ApacheRocketMQ:
         namesrv = self.data_dir / "namesrv.properties"
         namesrv.write_text(namesrv_properties(port=self.port, extra=self._extra[0]))
         broker = self.data_dir / "broker.conf"
+        broker.touch(mode=0o600)  # it may hold a secret (worker.brokers.rocketmq.authentication)
+        broker.chmod(0o600)
         broker.write_text(broker_conf(name=self.name, port=self.broker_port, namesrv=self.namesrv,
                                       store=self.data_dir / "store", extra=self._extra[1]))
         return namesrv, broker

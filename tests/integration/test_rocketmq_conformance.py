@@ -12,7 +12,14 @@ connectors' included) is sent in the same sequence to both brokers, and what com
   ``TOOLS_CONSUMER``...: system groups the connectors skip), the defaults Apache adds to a
   subscription group's config (``groupRetryPolicy``, ``attributes``...), pull offsets in consume stats.
 
-Other differences, documented and not held against the embedded broker: GET_MIN/MAX_OFFSET and
+ACL: 5.3 dropped 4.x's plain ACL; its authentication (ACL 2.0) checks the same signature
+(``AclClientRPCHook``'s, the client's ``AclSigner``), so signed requests pass and wrong secrets,
+unknown users and unsigned requests are NO_PERMISSION on both brokers. Apache's name server checks
+nothing, the embedded one (the same process as its broker) refuses unsigned route lookups too.
+
+Other differences, documented and not held against the embedded broker: Apache answers a pull with
+at most 32 messages (``maxTransferCountOnMessageInMemory``), the embedded broker with up to the
+``maxMsgNums`` asked (4 MiB at most); GET_MIN/MAX_OFFSET and
 SEARCH_OFFSET_BY_TIMESTAMP of a topic that does not exist answer 0 on Apache and TOPIC_NOT_EXIST on
 the embedded broker; Apache 5.3.3 stores a message sent to a topic without write permission (only
 clients honour ``perm``, through the route) where the embedded broker answers NO_PERMISSION; Apache
@@ -30,6 +37,7 @@ from connectors.rocketmq.client import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
+    AclSigner,
     BrokerError,
     ConsumerData,
     SyncRocketMQClient,
@@ -393,3 +401,53 @@ def test_ten_thousand_messages_with_tags_keys_and_properties_round_trip(broker, 
         assert {mq.queue_id: (w.broker_offset, w.consumer_offset) for mq, w in stats.offset_table.items()} == \
                {q: (len(sent[q]), wanted[q]) for q in range(QUEUES)}
         assert stats.total_lag == sum(17 * (q + 1) for q in range(QUEUES))
+
+
+# -- ACL ----------------------------------------------------------------------------------------------
+ACCESS, SECRET = "rocket", "s3cret-conformance"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory) -> dict:
+    """An Apache RocketMQ with 5.x authentication and an embedded broker with its ACL, one account each."""
+    from worker.brokers.rocketmq import authentication
+    from worker.embedded import ApacheRocketMQ
+
+    root = tmp_path_factory.mktemp("conformance-acl")
+    apache = ApacheRocketMQ(root / "apache", log_path=root / "apache.log", broker_extra=authentication(ACCESS, SECRET))
+    embedded = EmbeddedRocketMQ(root / "embedded", log_path=root / "embedded.log",
+                                env={"CONNECT_ROCKETMQ_ACL": f"{ACCESS}:{SECRET}"})
+    embedded.start()
+    try:
+        apache.start(timeout=240)
+    except BaseException:
+        embedded.stop()
+        raise
+    yield {"apache": apache, "embedded": embedded}
+    apache.stop()
+    embedded.stop()
+
+
+def _acl_scenario(b, topic: str) -> dict:
+    out = {}
+    signers = {"signed": AclSigner(ACCESS, SECRET), "wrong secret": AclSigner(ACCESS, "wrong"),
+               "unknown user": AclSigner("nobody", SECRET), "unsigned": None}
+    with SyncRocketMQClient(b.namesrv, signer=signers["signed"], timeout=10) as c:
+        c.create_topic(b.broker_addr, topic, 1, 1)
+    for who, signer in signers.items():
+        with SyncRocketMQClient(b.namesrv, signer=signer, timeout=10) as c:
+            out[f"{who}: create"] = _outcome(lambda: c.create_topic(b.broker_addr, topic, 1, 1))
+            out[f"{who}: send"] = _outcome(lambda: c.send(b.broker_addr, topic, 0, b"x", {"n": "1"}).result(30).ok)
+            out[f"{who}: pull"] = _outcome(lambda: c.pull(b.broker_addr, "acl_readers", topic, 0, 0, 32).status)
+            out[f"{who}: offset"] = _outcome(lambda: c.query_consumer_offset(b.broker_addr, "acl_readers", topic, 0))
+    return out
+
+
+def test_acl_signed_requests_pass_and_the_rest_are_refused(secured, unique):
+    seen = _same(_both(secured, _acl_scenario, _name("Acl", unique)))
+    assert [seen[f"signed: {op}"] for op in ("create", "send", "pull", "offset")] == [None, True, "FOUND", 0]
+    refused = ("refused", "BrokerError", ResponseCode.NO_PERMISSION, False)
+    for who in ("wrong secret", "unknown user", "unsigned"):
+        assert [seen[f"{who}: {op}"] for op in ("create", "send", "pull", "offset")] == [refused] * 4, who
+    with SyncRocketMQClient(secured["apache"].namesrv, timeout=10) as anonymous:  # Apache's name server checks nothing
+        assert anonymous.topic_route(_name("Acl", unique)).queue_datas
