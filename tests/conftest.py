@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from kafka_brokers import kafka_broker, start_all, use_apache_kafka  # noqa: E402
-from rocketmq_brokers import use_apache_rocketmq  # noqa: E402
+from rocketmq_brokers import stop_all, use_apache_rocketmq  # noqa: E402
 
 from connect.plugins import register_plugin  # noqa: E402
 from worker.embedded import ApacheKafka, ApacheRocketMQ, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
@@ -90,8 +90,7 @@ def apache_rocketmq_pair(tmp_path_factory):
     a, b = start_all([ApacheRocketMQ(root / "a", log_path=root / "a.log"),
                       ApacheRocketMQ(root / "b", log_path=root / "b.log")])
     yield a, b
-    a.stop()
-    b.stop()
+    stop_all([a, b])  # a broker's clean shutdown takes ~14 s
 
 
 @pytest.fixture(scope="session")

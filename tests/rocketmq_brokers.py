@@ -8,6 +8,7 @@ embedded broker, two on Apache RocketMQ; requests to a broker go to ``broker_add
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from worker.embedded import ApacheRocketMQ, EmbeddedRocketMQ
 
@@ -25,3 +26,10 @@ def rocketmq_broker(data_dir, **kwargs) -> ApacheRocketMQ | EmbeddedRocketMQ:
     """A broker (not started) of the configured kind storing under ``data_dir``; ``kwargs``
     (``log_path``, ``port``) as both take them."""
     return ApacheRocketMQ(data_dir, **kwargs) if use_apache_rocketmq() else EmbeddedRocketMQ(data_dir, **kwargs)
+
+
+def stop_all(brokers: list) -> None:
+    """Stop ``brokers`` side by side (an Apache broker's clean shutdown takes ~14 s, mostly waiting)."""
+    with ThreadPoolExecutor(len(brokers)) as pool:
+        for f in [pool.submit(b.stop) for b in brokers]:
+            f.result()
