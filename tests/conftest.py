@@ -2,7 +2,10 @@
 
 ``kafka_pair``, ``third_kafka`` and ``proxied_target`` run tansu, or Apache Kafka with
 ``CONNECT_TEST_KAFKA=apache`` (``kafka_brokers.kafka_broker``); ``apache_kafka_pair`` is always
-Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs)."""
+Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs).
+``rocketmq_pair`` runs the embedded RocketMQ broker, or Apache RocketMQ with
+``CONNECT_TEST_ROCKETMQ=apache`` (``rocketmq_brokers.rocketmq_broker``); ``apache_rocketmq_pair``
+is always Apache RocketMQ (likewise shared with ``rocketmq_pair``)."""
 
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from kafka_brokers import kafka_broker, start_all, use_apache_kafka  # noqa: E402
+from rocketmq_brokers import stop_all, use_apache_rocketmq  # noqa: E402
 
 from connect.plugins import register_plugin  # noqa: E402
-from worker.embedded import ApacheKafka, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
+from worker.embedded import ApacheKafka, ApacheRocketMQ, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
 
 # The in-memory test connectors are not production plugins (no entry point); tests use aliases.
 register_plugin("memory-source", "connect.testing:MemorySourceConnector")
@@ -80,8 +84,21 @@ def pulsar_pair(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def rocketmq_pair(tmp_path_factory):
-    """Two independent embedded RocketMQ name server + broker processes: (source, target)."""
+def apache_rocketmq_pair(tmp_path_factory):
+    """Two independent Apache RocketMQ 5.x clusters (a name server and a broker each): (source, target)."""
+    root = tmp_path_factory.mktemp("apache-rocketmq")
+    a, b = start_all([ApacheRocketMQ(root / "a", log_path=root / "a.log"),
+                      ApacheRocketMQ(root / "b", log_path=root / "b.log")])
+    yield a, b
+    stop_all([a, b])  # a broker's clean shutdown takes ~14 s
+
+
+@pytest.fixture(scope="session")
+def rocketmq_pair(request, tmp_path_factory):
+    """Two independent RocketMQ clusters (name server + broker): (source, target)."""
+    if use_apache_rocketmq():
+        yield request.getfixturevalue("apache_rocketmq_pair")
+        return
     root = tmp_path_factory.mktemp("rocketmq")
     a = EmbeddedRocketMQ(root / "a", log_path=root / "a.log").start()
     b = EmbeddedRocketMQ(root / "b", log_path=root / "b.log").start()

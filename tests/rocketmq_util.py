@@ -1,4 +1,4 @@
-"""Producing to and reading from the embedded RocketMQ broker in tests, with the project's client."""
+"""Producing to and reading from a RocketMQ broker (embedded or Apache) in tests, with the project's client."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ def produce(broker, topic: str, count: int, queues: int, *, start: int = 0, tags
     """``count`` messages round robin over the queues (the topic is created with ``queues``);
     body ``value-i``, keys ``key-i``, tag alternating over ``tags``, properties ``idx``/``src``,
     born timestamp 1.7e12 + i; every send result checked."""
-    with SyncRocketMQClient(broker.namesrv) as c:
+    with SyncRocketMQClient(broker.namesrv, timeout=30) as c:
         if start == 0:
-            c.create_topic(broker.namesrv, topic, queues, queues)
+            c.create_topic(broker.broker_addr, topic, queues, queues)
         futures = []
         for i in range(start, start + count):
-            futures.append(c.send(broker.namesrv, topic, i % queues, f"value-{i}".encode(),
+            futures.append(c.send(broker.broker_addr, topic, i % queues, f"value-{i}".encode(),
                                   {"KEYS": f"key-{i}", "TAGS": tags[i % len(tags)], "idx": str(i), "src": "test",
                                    "UNIQ_KEY": f"{i:032X}"}, born_timestamp=1_700_000_000_000 + i))
-            if len(futures) >= 2000:
+            if len(futures) >= 256:  # a window a JVM broker on a loaded machine serves within its flow control
                 assert all(f.result(30).ok for f in futures)
                 futures = []
         assert all(f.result(30).ok for f in futures)
@@ -26,7 +26,7 @@ def produce(broker, topic: str, count: int, queues: int, *, start: int = 0, tags
 def consume_all(broker, topic: str) -> dict[int, list]:
     """Every message of every queue of ``topic``, by queue id, in queue order."""
     out: dict[int, list] = {}
-    with SyncRocketMQClient(broker.namesrv) as c:
+    with SyncRocketMQClient(broker.namesrv, timeout=30) as c:
         route = c.topic_route(topic)
         for mq in route.read_queues():
             addr = route.master_addr(mq.broker_name)

@@ -11,6 +11,8 @@
 - RocketMQ: this project's embedded name server + broker (``connect rocketmq-broker``,
   :mod:`connectors.rocketmq.broker`), a development broker storing under its data directory (it
   survives a restart, ``kill -9`` included).
+- Apache RocketMQ 5.x (:class:`ApacheRocketMQ`): a name server and a broker, two JVMs from the
+  Maven Central jars (:mod:`worker.brokers.rocketmq`). The reference RocketMQ.
 
 Each broker can be frozen (``freeze``: SIGSTOP, connections stay open and nothing answers) and
 thawed (``thaw``: SIGCONT), as tests of a hung target need.
@@ -27,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["ApacheKafka", "EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ", "free_port", "tansu_binary",
+__all__ = ["ApacheKafka", "ApacheRocketMQ", "EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ", "free_port", "tansu_binary",
            "pulsar_lite_binary"]
 
 
@@ -376,12 +378,14 @@ class EmbeddedRocketMQ(_Freezable):
     ``namesrv`` is its ``host:port`` (the broker answers on the same port). ``stop`` then
     ``start`` again keeps the port and the data; ``kill`` ends it with SIGKILL (a crash). ``env``
     is added to this process's environment (e.g. ``CONNECT_ROCKETMQ_ACL``: secrets stay out of
-    the command line); ``preexec_fn`` runs in the child before the broker (e.g. a lower ``ulimit -n``)."""
+    the command line); ``preexec_fn`` runs in the child before the broker (e.g. a lower ``ulimit -n``).
+    ``broker_addr`` is the broker's address: the same as ``namesrv``."""
 
     def __init__(self, data_dir: str | Path, port: int | None = None, log_path: str | Path | None = None,
                  extra_args: list[str] | None = None, env: dict[str, str] | None = None, preexec_fn=None):
         self.port = port or free_port()
         self.namesrv = f"127.0.0.1:{self.port}"
+        self.broker_addr = self.namesrv  # one process answers both
         self.data_dir = Path(data_dir)
         self.log_path = log_path
         self.extra_args = list(extra_args or [])
@@ -411,6 +415,169 @@ class EmbeddedRocketMQ(_Freezable):
         self.proc = None
 
     def __enter__(self) -> EmbeddedRocketMQ:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ApacheRocketMQ:
+    """Apache RocketMQ 5.x: a name server and one master broker (``broker-a`` unless ``name``), two
+    JVMs on free loopback ports, from the pinned Maven Central jars. Same interface as
+    :class:`EmbeddedRocketMQ`: ``namesrv`` is the name server's ``host:port``, ``broker_addr`` the
+    broker's (a different port here); ``start``/``stop``/``kill``; ``stop`` then ``start`` again
+    keeps the ports and the data under ``data_dir`` (default: a temporary folder removed with this
+    object). ``freeze``/``thaw`` stop and continue both processes, as freezing the embedded broker
+    stops its one process. ``namesrv_extra``/``broker_extra``: more settings for
+    ``namesrv.properties``/``broker.conf``. ``start`` returns once the name server routes ``TBW102``
+    to this broker (registration included)."""
+
+    def __init__(self, data_dir: str | Path | None = None, port: int | None = None,
+                 log_path: str | Path | None = None, broker_port: int | None = None, name: str = "broker-a",
+                 namesrv_heap: str = "256m", broker_heap: str = "384m", direct_memory: str = "256m",
+                 namesrv_extra: dict[str, str] | None = None, broker_extra: dict[str, str] | None = None):
+        from worker.brokers.rocketmq import broker_port as pick_broker_port
+
+        self.port = port or free_port()
+        self.broker_port = broker_port or pick_broker_port()
+        self.namesrv = f"127.0.0.1:{self.port}"
+        self.broker_addr = f"127.0.0.1:{self.broker_port}"
+        self.name = name
+        self.log_path = log_path
+        self._temp = None
+        if data_dir is None:
+            import tempfile
+
+            self._temp = tempfile.TemporaryDirectory(prefix="apache-rocketmq-")
+            data_dir = self._temp.name
+        self.data_dir = Path(data_dir)
+        self._heaps = (namesrv_heap, broker_heap, direct_memory)
+        self._extra = (dict(namesrv_extra or {}), dict(broker_extra or {}))
+        self.namesrv_proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | None = None  # the broker
+        self.started_in = 0.0
+        self.timings: dict[str, float] = {}  # seconds from start() until each listened
+
+    def _files(self) -> tuple[Path, Path]:
+        from worker.brokers.rocketmq import broker_conf, logback_xml, namesrv_properties
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for what in ("namesrv", "broker"):
+            (self.data_dir / f"{what}.logback.xml").write_text(logback_xml(what))
+        namesrv = self.data_dir / "namesrv.properties"
+        namesrv.write_text(namesrv_properties(port=self.port, extra=self._extra[0]))
+        broker = self.data_dir / "broker.conf"
+        broker.touch(mode=0o600)  # it may hold a secret (worker.brokers.rocketmq.authentication)
+        broker.chmod(0o600)
+        broker.write_text(broker_conf(name=self.name, port=self.broker_port, namesrv=self.namesrv,
+                                      store=self.data_dir / "store", extra=self._extra[1]))
+        return namesrv, broker
+
+    def _java(self, what: str, main: list[str], heap: str, processors: int, direct: str | None = None) -> list[str]:
+        from worker.brokers.rocketmq import java_argv
+
+        return java_argv(main, heap=heap, processors=processors, home=self.data_dir, direct_memory=direct,
+                         logback=self.data_dir / f"{what}.logback.xml")
+
+    def start(self, timeout: float = 120.0) -> ApacheRocketMQ:
+        started = time.monotonic()
+        namesrv_conf, broker_conf = self._files()
+        namesrv_heap, broker_heap, direct = self._heaps
+        env = {**os.environ, "ROCKETMQ_HOME": str(self.data_dir)}
+        # one after the other: a broker up before its name server registers only 10 s later
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        popen = {"stdout": out, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL, "start_new_session": True,
+                 "env": env}
+        try:
+            self.namesrv_proc = subprocess.Popen(
+                self._java("namesrv", ["org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(namesrv_conf)],
+                           namesrv_heap, 1), **popen)
+            _wait_listening(self.namesrv_proc, self.port, "the Apache RocketMQ name server", timeout, self.log_path)
+            self.timings = {"namesrv": time.monotonic() - started}
+            self.proc = subprocess.Popen(
+                self._java("broker", ["org.apache.rocketmq.broker.BrokerStartup", "-c", str(broker_conf)], broker_heap,
+                           2, direct), **popen)
+            left = max(1.0, timeout - (time.monotonic() - started))
+            _wait_listening(self.proc, self.broker_port, "the Apache RocketMQ broker", left, self.log_path)
+            self.timings["broker"] = time.monotonic() - started
+            self._wait_registered(max(1.0, timeout - (time.monotonic() - started)))
+        except BaseException:
+            self.kill()
+            raise
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()  # the children hold it
+        self.started_in = time.monotonic() - started
+        return self
+
+    def _wait_registered(self, timeout: float) -> None:
+        """Until the name server routes TBW102 (the auto-create template topic) to this broker."""
+        from connect.errors import ConnectError
+        from connectors.rocketmq.client import SyncRocketMQClient
+
+        deadline = time.monotonic() + timeout
+        with SyncRocketMQClient(self.namesrv, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                for proc, what in ((self.namesrv_proc, "name server"), (self.proc, "broker")):
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"the Apache RocketMQ {what} exited with {proc.returncode} "
+                                           f"(log: {self.log_path})")
+                try:
+                    if client.topic_route("TBW102").master_addr(self.name) == self.broker_addr:
+                        return
+                except ConnectError:
+                    pass
+                time.sleep(0.2)
+        raise RuntimeError(f"the Apache RocketMQ broker {self.broker_addr} did not register with {self.namesrv} "
+                           f"within {timeout:.0f}s (log: {self.log_path})")
+
+    def _procs(self) -> list[subprocess.Popen]:
+        return [p for p in (self.proc, self.namesrv_proc) if p is not None and p.poll() is None]
+
+    def freeze(self) -> None:
+        """SIGSTOP to the name server and the broker: connections stay open, nothing answers."""
+        procs = self._procs()
+        if len(procs) < 2:
+            raise RuntimeError("Apache RocketMQ is not running: nothing to freeze")
+        for proc in procs:
+            _signal_group(proc, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for proc in self._procs():
+            _signal_group(proc, signal.SIGCONT)
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory (VmRSS) of each running process: ``{"namesrv": n, "broker": n}``."""
+        out = {}
+        for what, proc in (("namesrv", self.namesrv_proc), ("broker", self.proc)):
+            out[what] = 0
+            if proc is not None and proc.poll() is None:
+                with open(f"/proc/{proc.pid}/status") as status:
+                    out[what] = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")), 0)
+        return out
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """The broker first (it unregisters), then the name server; each killed past ``timeout``."""
+        for proc in (self.proc, self.namesrv_proc):
+            if proc is not None and proc.poll() is None:
+                _signal_group(proc, signal.SIGCONT)
+                proc.terminate()
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.proc = self.namesrv_proc = None
+
+    def kill(self) -> None:
+        """SIGKILL to both (a crash); ``start`` again recovers the store."""
+        for proc in (self.proc, self.namesrv_proc):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.proc = self.namesrv_proc = None
+
+    def __enter__(self) -> ApacheRocketMQ:
         return self.start()
 
     def __exit__(self, *exc) -> None:

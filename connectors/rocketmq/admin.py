@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from connectors.rocketmq.lookups import CLUSTER
 from connectors.rocketmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from connectors.rocketmq.store import PERM_READ, PERM_WRITE, TopicConfig
+from connectors.rocketmq.system import SYSTEM_TOPICS
 from connectors.rocketmq.validation import Refused, check_expression, check_group_name, check_topic_name, field, shown
 
 if TYPE_CHECKING:
@@ -200,9 +202,13 @@ class AdminHandlers:
 
     # -- admin ------------------------------------------------------------------------------------
     def _create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """``AdminBrokerProcessor.updateAndCreateTopic`` (CreateTopicRequestHeader)."""
+        """``AdminBrokerProcessor.updateAndCreateTopic`` (CreateTopicRequestHeader). As 5.x, not
+        for a system topic (``TopicValidator.isSystemTopic``: the fixed set and ``rmq_sys_*``) nor
+        one named after the cluster or the broker: a send may still create those from TBW102."""
         topic = field(cmd, "topic")
         check_topic_name(topic)
+        if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_") or topic in (CLUSTER, self.broker_name):
+            raise Refused(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
         read, write = field(cmd, "readQueueNums", int), field(cmd, "writeQueueNums", int)
         if read < 1 or write < 1 or max(read, write) > 1024:
             raise Refused(ResponseCode.INVALID_PARAMETER, f"queue numbers read {read} / write {write} must be 1..1024")

@@ -243,9 +243,9 @@ class Broker(AdminHandlers, LookupHandlers):
         queue = field(cmd, queue_id, int)
         if queue < 0:
             queue = random.randrange(int(config["writeQueueNums"]))
-        if queue >= config.queues:
-            raise Refused(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue}] is illegal, topic {topic} has "
-                                                      f"{config.queues} queue(s)")
+        if queue >= config.queues:  # INVALID_PARAMETER as 5.x answers (4.9.x: SYSTEM_ERROR, retriable)
+            raise Refused(ResponseCode.INVALID_PARAMETER, f"request queueId[{queue}] is illegal, topic {topic} has "
+                                                           f"{config.queues} queue(s)")
         common = dict(sys_flag=field(cmd, sys_flag, int, 0), born_timestamp=field(cmd, born, int, 0),
                       born_host=conn.peer, store_host=(self.host, self.port),
                       reconsume_times=field(cmd, reconsume, int, 0))
@@ -311,8 +311,9 @@ class Broker(AdminHandlers, LookupHandlers):
         if not config["perm"] & PERM_READ:
             raise Refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         if not 0 <= queue < int(config["readQueueNums"]):
-            raise Refused(ResponseCode.SYSTEM_ERROR, f"queueId[{queue}] is illegal, topic:[{topic}] topicConfig."
-                                                      f"readQueueNums:[{config['readQueueNums']}]")
+            raise Refused(ResponseCode.INVALID_PARAMETER, f"queueId[{queue}] is illegal, topic:[{topic}] topicConfig."
+                                                           f"readQueueNums:[{config['readQueueNums']}]")
+        self._ensure_group(group)  # autoCreateSubscriptionGroup: a pull creates its group
         if sys_flag & FLAG_SUBSCRIPTION:
             tags = tags_filter(check_expression(cmd.ext_fields.get("subscription")))
         else:
@@ -320,7 +321,6 @@ class Broker(AdminHandlers, LookupHandlers):
         if sys_flag & FLAG_COMMIT_OFFSET:
             commit = field(cmd, "commitOffset", int, -1)
             if commit >= 0:
-                self._admit_group(group)
                 self.store.commit_offset(group, topic, queue, commit)
         wait_ms = min(field(cmd, "suspendTimeoutMillis", int, 0), MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
         deadline = time.monotonic() + wait_ms / 1000

@@ -996,7 +996,11 @@ class RocketMQClient:
                    max_reconsume_times: int | None = None, default_topic: str = DEFAULT_TOPIC,
                    default_topic_queue_nums: int = 4, unit_mode: bool = False, broker_name: str | None = None,
                    timeout: float | None = None) -> SendResult:
-        """SEND_MESSAGE_V2 of one message to ``queue_id`` (a negative id lets the broker choose)."""
+        """SEND_MESSAGE_V2 of one message to ``queue_id`` (a negative id lets the broker choose). An
+        empty ``body`` is refused here, as Java's ``Validators.checkMessage`` refuses it (Apache's
+        broker fails on one with a NullPointerException, answered as the retriable SYSTEM_ERROR)."""
+        if not body:
+            raise ConnectError(f"send to {topic}[{queue_id}]: the message body is empty (RocketMQ refuses empty bodies)")
         cmd = self._send_command(RequestCode.SEND_MESSAGE_V2, topic, queue_id, body, properties, producer_group, flag,
                                  sys_flag, born_timestamp, reconsume_times, max_reconsume_times, default_topic,
                                  default_topic_queue_nums, unit_mode, False, broker_name)
@@ -1013,6 +1017,10 @@ class RocketMQClient:
         ``m`` is "true". ``properties`` are the batch envelope's (Java puts WAIT there)."""
         if not messages:
             raise ConnectError(f"batch send to {topic}[{queue_id}]: no messages")
+        empty = next((i for i, m in enumerate(messages) if not m[0]), None)
+        if empty is not None:
+            raise ConnectError(f"batch send to {topic}[{queue_id}]: message {empty} of the batch has an empty body "
+                               f"(RocketMQ refuses empty bodies)")
         items = [(m[0], m[1], m[2] if len(m) > 2 else 0) for m in messages]  # type: ignore[misc]
         try:
             body = encode_batch(items)

@@ -11,8 +11,9 @@
 - ``list_groups``: the subscription groups of every broker the name server lists
   (GET_BROKER_CLUSTER_INFO, then GET_ALL_SUBSCRIPTIONGROUP_CONFIG on each master), without
   RocketMQ's own groups (``CID_RMQ_SYS_*``, ``TOOLS_CONSUMER``, ...).
-- ``apply`` writes consumer offsets with UPDATE_CONSUMER_OFFSET, forward only (each queue's offset
-  is read first), and only for a group without live consumers: RocketMQ consumers keep their
+- ``apply`` writes consumer offsets with UPDATE_CONSUMER_OFFSET (creating the subscription group
+  first where the broker has none: 5.x refuses offsets of an unknown group), forward only (each
+  queue's offset is read first), and only for a group without live consumers: RocketMQ consumers keep their
   offsets in memory and write them back periodically, so a running consumer would overwrite a
   moved offset. Liveness is GET_CONSUMER_LIST_BY_GROUP on every broker concerned; a broker that
   does not serve it (REQUEST_CODE_NOT_SUPPORTED) counts as having none. The check and the writes
@@ -213,11 +214,27 @@ class RocketMQGroups(GroupPositions):
                                lambda t: f"cannot read the offset of group {group} on {queues[t]}")
         moves = {t: q for t, q in queues.items()
                  if current[t] is None or (targets[t][0] is not None and current[t] < q.new)}
-        update = self._client.client.update_consumer_offset
-        self._gather(moves, lambda t: update(moves[t].address, group, moves[t].topic, moves[t].queue, moves[t].new,
-                                             broker_name=moves[t].broker),
+        self._gather(moves, lambda t: self._move(group, moves[t]),
                      lambda t: f"cannot move group {group} on {moves[t]} to {moves[t].new}")
         return list(moves)
+
+    async def _move(self, group: str, q: _Queue) -> None:
+        """UPDATE_CONSUMER_OFFSET of one queue. A broker refuses offsets of a group it has no
+        subscription group for (SUBSCRIPTION_GROUP_NOT_EXIST: 5.x, also with autoCreateSubscriptionGroup,
+        which only a pull or a heartbeat triggers): the group is then created with the broker's
+        defaults, as a consumer's first heartbeat would, and the offset written again."""
+        from connectors.rocketmq.client import BrokerError
+
+        client = self._client.client
+        try:
+            await client.update_consumer_offset(q.address, group, q.topic, q.queue, q.new, broker_name=q.broker)
+            return
+        except BrokerError as exc:
+            if exc.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                raise
+        log.info("group %s does not exist on %s: creating it to move its offsets", group, q.address)
+        await client.create_subscription_group(q.address, {"groupName": group})
+        await client.update_consumer_offset(q.address, group, q.topic, q.queue, q.new, broker_name=q.broker)
 
     async def _query(self, addr: str, group: str, topic: str, broker: str, queue: int) -> int | None:
         """The group's offset of one queue (on the client's loop); None when it has none: the

@@ -90,8 +90,9 @@ class LookupHandlers:
         return cmd.response(ResponseCode.SUCCESS, {"offset": offset})
 
     def _update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """``ConsumerManageProcessor.updateConsumerOffset``: for a topic and queue that exist (as
-        5.x checks), from a group admitted under ``max_groups``: ``offsets.json`` stays bounded."""
+        """``ConsumerManageProcessor.updateConsumerOffset``: for a topic and queue that exist and a
+        subscription group that does (as 5.x checks: a group is created by a pull, a heartbeat or
+        UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, never by an offset), so ``offsets.json`` stays bounded."""
         group, topic, queue = field(cmd, "consumerGroup"), field(cmd, "topic"), field(cmd, "queueId", int)
         offset = field(cmd, "commitOffset", int)
         config = self.store.topics.get(topic)
@@ -100,7 +101,8 @@ class LookupHandlers:
         if not 0 <= queue < config.queues:
             raise Refused(ResponseCode.INVALID_PARAMETER, f"QueueId {queue} is invalid: topic {topic} has "
                                                           f"{config.queues} queue(s)")
-        self._admit_group(group)
+        if group not in self.store.groups:
+            raise Refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {shown(group)} not exist!")
         self.store.commit_offset(group, topic, queue, offset)
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -10,8 +10,10 @@ Message to record (the source):
 
 Record to message (the sink):
 
-- body <- value (a record without value becomes an empty body with property
-  ``CONNECT_NULL_VALUE=true``, read back as a record without value); ``KEYS`` <- key;
+- body <- value. RocketMQ refuses empty bodies, so a record without value becomes the one-byte body
+  :data:`PLACEHOLDER` with property ``CONNECT_NULL_VALUE=true`` (read back as a record without
+  value), and an empty value the same body with ``CONNECT_EMPTY_VALUE=true`` (read back as ``b""``);
+  ``KEYS`` <- key;
 - ``TAGS`` <- header ``rocketmq.tags``, else the sink's ``tag`` setting; ``UNIQ_KEY`` <- header
   ``rocketmq.msg.id`` (a message keeps its id across clusters, so consumers that de-duplicate by
   id keep doing so after a failover), else a new id;
@@ -32,12 +34,14 @@ from typing import Any, Iterable
 
 from connectors.rocketmq.protocol import MessageExt
 
-__all__ = ["TAGS_HEADER", "MSG_ID_HEADER", "BORN_TIMESTAMP", "SYSTEM_PROPERTIES", "message_properties", "record_fields",
-           "new_msg_id"]
+__all__ = ["TAGS_HEADER", "MSG_ID_HEADER", "BORN_TIMESTAMP", "PLACEHOLDER", "SYSTEM_PROPERTIES", "message_body",
+           "message_properties", "record_fields", "new_msg_id"]
 
 TAGS_HEADER = "rocketmq.tags"
 MSG_ID_HEADER = "rocketmq.msg.id"
 NULL_VALUE = "CONNECT_NULL_VALUE"
+EMPTY_VALUE = "CONNECT_EMPTY_VALUE"
+PLACEHOLDER = b"\x00"  # the body of a record without value or with an empty one
 BORN_TIMESTAMP = "CONNECT_BORN_TIMESTAMP"  # a record's own timestamp inside a batch born at another
 BASE64_KEY = "CONNECT_KEY_BASE64"
 BASE64_PROPERTIES = "CONNECT_BASE64_PROPERTIES"
@@ -49,7 +53,7 @@ SYSTEM_PROPERTIES = frozenset({
     "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID",
     "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
     "__STARTDELIVERTIME", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
-    NULL_VALUE, BASE64_KEY, BASE64_PROPERTIES, BORN_TIMESTAMP,
+    NULL_VALUE, EMPTY_VALUE, BASE64_KEY, BASE64_PROPERTIES, BORN_TIMESTAMP,
 })
 _SEPARATORS = ("\x01", "\x02")
 
@@ -64,6 +68,12 @@ def _text(value: Any) -> tuple[str, bool]:
     if _SEPARATORS[0] in text or _SEPARATORS[1] in text:
         return base64.b64encode(raw).decode(), True
     return text, False
+
+
+def message_body(value: bytes | None) -> bytes:
+    """The body of the message a record's (bytes) value becomes: :data:`PLACEHOLDER` for none or an
+    empty one (marked by :func:`message_properties`)."""
+    return value or PLACEHOLDER
 
 
 def message_properties(key: Any, value: Any, headers: Iterable | None, tag: str | None,
@@ -101,6 +111,8 @@ def message_properties(key: Any, value: Any, headers: Iterable | None, tag: str 
         props["TAGS"] = tag
     if value is None:
         props[NULL_VALUE] = "true"
+    elif not value:
+        props[EMPTY_VALUE] = "true"
     props["UNIQ_KEY"] = msg_id or new_msg_id()
     return props
 
@@ -122,7 +134,12 @@ def record_fields(m: MessageExt) -> tuple[bytes | None, bytes | None, list[tuple
     key = None
     if keys:
         key = base64.b64decode(keys) if props.get(BASE64_KEY) == "true" else keys.encode()
-    value = None if props.get(NULL_VALUE) == "true" and not m.body else m.body
+    if props.get(NULL_VALUE) == "true":
+        value = None
+    elif props.get(EMPTY_VALUE) == "true":
+        value = b""
+    else:
+        value = m.body
     born = props.get(BORN_TIMESTAMP)
     timestamp = int(born) if born and born.isdigit() else m.born_timestamp or m.store_timestamp
     return key, value, headers, timestamp

@@ -3,7 +3,7 @@
 Sends with this project's remoting client (the pooled one of the sink's connection keys: for the
 dead-letter topic with the ``dlq.*`` overrides applied), one SEND_MESSAGE_V2 per record, its
 future bound to its record. Records become messages as the sink's
-(:mod:`connectors.rocketmq.mapping`: a record without value is an empty body marked
+(:mod:`connectors.rocketmq.mapping`: a record without value is a one-byte body marked
 ``CONNECT_NULL_VALUE``); the queue is picked by the key's CRC32 (round robin without a key). A
 topic the name server does not know is sent to through a broker serving ``TBW102``, as RocketMQ's
 own producer does, so a broker that auto-creates topics creates it; one that does not answers
@@ -21,7 +21,7 @@ from connect.errors import ConnectError, DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink.side import QueuedSideWriter, time_left
 from connectors.rocketmq.clients import CLIENTS, client_settings
-from connectors.rocketmq.mapping import message_properties
+from connectors.rocketmq.mapping import message_body, message_properties
 from connectors.rocketmq.sinkconfig import CONFIG, MAX_MESSAGE_SIZE, Target
 
 __all__ = ["RocketMQSideWriter"]
@@ -89,7 +89,7 @@ class RocketMQSideWriter(QueuedSideWriter):
         value = r.value
         if value is not None and value.__class__ is not bytes:
             value = bytes(value)  # a TypeError is the record's refusal
-        body = value or b""
+        body = message_body(value)
         if len(body) > MAX_MESSAGE_SIZE:
             raise DeliveryError(f"record {r.position()}: a body of {len(body)} bytes is larger than RocketMQ's "
                                 f"{MAX_MESSAGE_SIZE}")

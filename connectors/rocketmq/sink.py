@@ -55,7 +55,7 @@ from connect.records import ConnectRecord
 from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.naming import IllegalTopicName, TargetNames, naming_issues
 from connectors.rocketmq.clients import CLIENTS, client_issues, client_settings
-from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_properties
+from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_body, message_properties
 from connectors.rocketmq.names import ROCKETMQ_NAMES
 from connectors.rocketmq.sinkconfig import CONFIG, MAX_MESSAGE_SIZE, Target
 
@@ -94,10 +94,13 @@ class RocketMQSinkConnector(SinkConnector):
         if not cfg["auto.create.topics"]:
             return
         from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.system import created_by_sends_only
 
         targets, _refused, _ = self._names.plan(source_topics)  # refused ones were just logged
         wanted: dict[str, int] = {}
         for topic, target in targets.items():  # several sources in one target: the most queues
+            if created_by_sends_only(target):  # the first send creates it from TBW102 (see _target)
+                continue
             wanted[target] = max(wanted.get(target, 0), source_topics[topic])
         settings = client_settings(cfg)
         client = CLIENTS.acquire(settings)
@@ -183,11 +186,24 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         self._failed_sends = 0  # transient send failures served so far
 
     def _target(self, source_topic: str) -> Target:
+        """The target's route, kept. A system-named target that does not exist yet (Apache RocketMQ
+        creates ``rmq_sys_*`` only from a send) is sent to through TBW102's first queue, as
+        RocketMQ's producer does, so its first send creates it; that route is not kept: the next
+        ``put`` looks the created topic up."""
+        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.system import created_by_sends_only
+
         target = self._targets.get(source_topic)
         if target is None:
             name = self._route(source_topic)
             try:
                 route = self._client.topic_route(name)
+            except TopicNotFoundError as exc:
+                if not created_by_sends_only(name):
+                    raise RetriableError(f"cannot look up target topic {name}: {exc}") from exc
+                target = Target(name, self._client.topic_route("TBW102"))
+                del target.queues[1:], target.addrs[1:], target.names[1:]
+                return target
             except RetriableError:
                 raise
             except ConnectError as exc:
@@ -250,7 +266,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                     report(r, DeliveryError(f"record {r.position()} has a {type(value).__name__} value: RocketMQ "
                                             "bodies are bytes (set the sink's value.converter)"))
                     continue
-            body = value or b""
+            body = message_body(value)
             if len(body) > MAX_MESSAGE_SIZE:
                 report(r, DeliveryError(f"record {r.position()}: a body of {len(body)} bytes is larger than "
                                         f"RocketMQ's {MAX_MESSAGE_SIZE}"))

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 from connect.patterns import JavaPattern
 
-__all__ = ["SYSTEM_TOPICS", "SYSTEM_PREFIXES", "is_system_topic", "reserved_names", "regex_selects"]
+__all__ = ["SYSTEM_TOPICS", "SYSTEM_PREFIXES", "created_by_sends_only", "is_system_topic", "reserved_names",
+           "regex_selects"]
 
 # TopicValidator.SYSTEM_TOPIC_SET (4.9.x / 5.x) and the prefixes of RocketMQ's own topics.
 SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
@@ -33,6 +34,13 @@ def is_system_topic(name: str, reserved: frozenset[str] | set[str] = frozenset()
     if name in SYSTEM_TOPICS or name.startswith(SYSTEM_PREFIXES) or name in reserved:
         return True
     return name.endswith("_REPLY_TOPIC") and name[:-len("_REPLY_TOPIC")] in reserved
+
+
+def created_by_sends_only(name: str) -> bool:
+    """A topic Apache RocketMQ 5.x refuses to create by UPDATE_AND_CREATE_TOPIC ("conflict with
+    system topic": ``TopicValidator.isSystemTopic``, the fixed set and ``rmq_sys_*``) but creates
+    from TBW102 on its first send, as RIP-45's replicator relies on for ``rmq_sys_replicator_*``."""
+    return name in SYSTEM_TOPICS or name.startswith("rmq_sys_")
 
 
 def reserved_names(brokers: Mapping[str, Any]) -> set[str]:

@@ -62,14 +62,14 @@ def field(cmd: RemotingCommand, name: str, kind: Callable = str, default: Any = 
 def check_topic_name(name: str) -> None:
     most = INTERNAL_TOPIC_MAX_LENGTH if name.startswith("%") else TOPIC_MAX_LENGTH
     if not name or len(name) > most or not _NAME.fullmatch(name):
-        raise Refused(ResponseCode.SYSTEM_ERROR, f"The specified topic[{shown(name)}] is not valid: "
-                                                 f"1-{TOPIC_MAX_LENGTH} characters of [%|a-zA-Z0-9_-]")
+        raise Refused(ResponseCode.INVALID_PARAMETER, f"The specified topic[{shown(name)}] is not valid: "
+                                                      f"1-{TOPIC_MAX_LENGTH} characters of [%|a-zA-Z0-9_-]")
 
 
 def check_group_name(name: str) -> None:
     if not name or len(name) > GROUP_MAX_LENGTH or not _NAME.fullmatch(name):
-        raise Refused(ResponseCode.SYSTEM_ERROR, f"the specified group[{shown(name)}] is not valid: "
-                                                 f"1-{GROUP_MAX_LENGTH} characters of [%|a-zA-Z0-9_-]")
+        raise Refused(ResponseCode.INVALID_PARAMETER, f"the specified group[{shown(name)}] is not valid: "
+                                                      f"1-{GROUP_MAX_LENGTH} characters of [%|a-zA-Z0-9_-]")
 
 
 def check_expression(expression: str | None) -> str | None:

@@ -106,12 +106,12 @@ class RocketMQCluster(_Cluster):
 
     def create(self, topic: str) -> None:
         with SyncRocketMQClient(self.b.namesrv) as c:
-            c.create_topic(self.b.namesrv, topic, self.parts, self.parts)
+            c.create_topic(self.b.broker_addr, topic, self.parts, self.parts)
 
     def produce(self, topic: str, count: int, start: int) -> None:
         with SyncRocketMQClient(self.b.namesrv) as c:
             for chunk in range(start, start + count, 2000):
-                futures = [c.send(self.b.namesrv, topic, i % self.parts, f"value-{i}".encode(), {"KEYS": f"key-{i}"},
+                futures = [c.send(self.b.broker_addr, topic, i % self.parts, f"value-{i}".encode(), {"KEYS": f"key-{i}"},
                                   born_timestamp=1_700_000_000_000 + i) for i in range(chunk, min(chunk + 2000, start + count))]
                 assert all(f.result(30).ok for f in futures)
 

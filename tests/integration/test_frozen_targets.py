@@ -101,12 +101,12 @@ def test_rocketmq_target_frozen_mid_stream_loses_nothing_and_keeps_queue_order(r
 
     src, dst = rocketmq_pair
     topic, queues, total = "Frozen" + hashlib.sha1(unique.encode()).hexdigest()[:10], 2, RATE * SECONDS
-    client = SyncRocketMQClient(src.namesrv)
-    client.create_topic(src.namesrv, topic, queues, queues)
+    client = SyncRocketMQClient(src.namesrv, timeout=30)  # the source is not frozen, only slow at times
+    client.create_topic(src.broker_addr, topic, queues, queues)
     futures: list = []
 
     def send(i: int) -> None:
-        futures.append(client.send(src.namesrv, topic, i % queues, f"value-{i}".encode() + PAD,
+        futures.append(client.send(src.broker_addr, topic, i % queues, f"value-{i}".encode() + PAD,
                                    {"KEYS": f"key-{i % 50}", "idx": str(i)}))
         if len(futures) >= 500:
             assert all(f.result(30).ok for f in futures)

@@ -90,7 +90,7 @@ def test_heartbeats_rocketmq_to_kafka(worker_factory, kafka_pair, rocketmq_pair,
     topic = f"hbr-{unique.rsplit('-', 1)[1]}"
     create_topic(kafka.bootstrap, topic, 1)
     with SyncRocketMQClient(rocketmq.namesrv) as client:
-        client.create_topic(rocketmq.namesrv, topic, 1, 1)
+        client.create_topic(rocketmq.broker_addr, topic, 1, 1)
     _, c = worker_factory()
     _start_link(c, topic, "R", {"connector.class": "rocketmq", "namesrv.addr": rocketmq.namesrv},
                 "K", {"connector.class": "kafka", "bootstrap.servers": kafka.bootstrap})

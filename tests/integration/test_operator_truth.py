@@ -65,7 +65,7 @@ def test_an_undeliverable_sink_shows_nothing_committed_growing_lag_and_the_reaso
     assert runtime.committed_total == 0
 
     with SyncRocketMQClient(b.namesrv) as client:  # the cause is fixed: the target topic now exists
-        client.create_topic(b.namesrv, f"{topic}-copy", 2, 2)
+        client.create_topic(b.broker_addr, f"{topic}-copy", 2, 2)
     done = wait_for(lambda: (t := task()).get("lag", {}).get("records") == 0 and t["records"]["committed"] >= 2000
                     and not t.get("retrying") and t, 90, "committed to catch up and lag to return to 0")
     assert done["lag"]["seconds"] == 0

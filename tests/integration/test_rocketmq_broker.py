@@ -98,6 +98,7 @@ def test_offsets_search_consume_stats_and_topic_configs(broker, client):
     assert client.search_offset(addr, "stats", 0, 0) == 0
     assert client.search_offset(addr, "stats", 0, middle + 60_000) == 15
     assert client.query_consumer_offset(addr, "grp", "stats", 0) in (None, 0)  # no offset committed yet
+    client.create_subscription_group(addr, {"groupName": "grp"})  # offsets only for an existing group, as 5.x
     client.update_consumer_offset(addr, "grp", "stats", 0, 12)
     assert client.query_consumer_offset(addr, "grp", "stats", 0) == 12
     stats = client.consume_stats(addr, "grp", "stats")
@@ -120,6 +121,7 @@ def test_acknowledged_messages_and_flushed_offsets_survive_kill_9(tmp_path):
             c.create_topic(b.namesrv, "durable", 2, 2)
             sent = [c.send(b.namesrv, "durable", i % 2, f"m{i}".encode(), {"KEYS": str(i)}) for i in range(3000)]
             assert all(f.result(10).ok for f in sent)
+            c.create_subscription_group(b.namesrv, {"groupName": "grp"})
             c.update_consumer_offset(b.namesrv, "grp", "durable", 1, 77)
             time.sleep(1.0)  # a flush tick passes
         b.kill()

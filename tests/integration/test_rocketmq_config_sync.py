@@ -29,7 +29,7 @@ def _prefix(unique: str) -> str:
 
 
 def _topic(client: SyncRocketMQClient, broker, topic: str):
-    config = client.all_topic_configs(broker.namesrv).get(topic)
+    config = client.all_topic_configs(broker.broker_addr).get(topic)
     return None if config is None else (config.read_queue_nums, config.write_queue_nums, config.perm)
 
 
@@ -51,9 +51,9 @@ def test_topic_queues_perm_and_group_follow_the_source(rocketmq_pair, spark, tmp
                     "retryQueueNums": 2, "retryMaxTimes": 5, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
                     "notifyConsumerIdsChangedEnable": False}
     with SyncRocketMQClient(src.namesrv) as s, SyncRocketMQClient(dst.namesrv) as d:
-        s.create_topic(src.namesrv, topic, 6, 6, 6)
-        s.create_subscription_group(src.namesrv, {"groupName": group, **group_fields})
-        s.create_topic(src.namesrv, f"Other{prefix}", 2, 2)  # not matched by topics.regex: stays out of the target
+        s.create_topic(src.broker_addr, topic, 6, 6, 6)
+        s.create_subscription_group(src.broker_addr, {"groupName": group, **group_fields})
+        s.create_topic(src.broker_addr, f"Other{prefix}", 2, 2)  # not matched by topics.regex: stays out of the target
         driver = make_driver(spark, tmp_path, pair_pipeline(
             unique,
             {"connector.class": "rocketmq-metadata", "namesrv.addr": src.namesrv, "cluster.name": "A",
@@ -64,7 +64,7 @@ def test_topic_queues_perm_and_group_follow_the_source(rocketmq_pair, spark, tmp
             started = time.monotonic()
 
             def group_synced() -> bool:
-                config = d.subscription_group_configs(dst.namesrv).get(group)
+                config = d.subscription_group_configs(dst.broker_addr).get(group)
                 return config is not None and all(config.get(k) == v for k, v in group_fields.items())
 
             results = _until(driver, lambda: _topic(d, dst, topic) == (6, 6, 6) and group_synced(), "topic and group")
@@ -73,7 +73,7 @@ def test_topic_queues_perm_and_group_follow_the_source(rocketmq_pair, spark, tmp
             assert metrics["metadata.topics.created"] >= 1 and metrics["metadata.groups.created"] >= 1
             assert metrics["metadata.events.bad"] == metrics["metadata.events.refused"] == 0
 
-            s.create_topic(src.namesrv, topic, 8, 8, 4)  # more queues, read-only
+            s.create_topic(src.broker_addr, topic, 8, 8, 4)  # more queues, read-only
             _until(driver, lambda: _topic(d, dst, topic) == (8, 8, 4), "queues raised to 8, perm 4")
             route = d.topic_route(topic)
             assert len(route.read_queues()) == 8 and route.write_queues() == []  # read-only: nothing to write to

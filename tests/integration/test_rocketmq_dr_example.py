@@ -1,11 +1,11 @@
 """The shipped RocketMQ disaster-recovery example (``conf/replication/rocketmq-dr-*.json``) as a new
-user runs it: two fresh embedded RocketMQ brokers, only ``ROCKETMQ_PRIMARY`` / ``ROCKETMQ_STANDBY``
-set, the four files loaded as ``connect run`` loads them, in the natural order (the replicator
-first, the application later). The mirror and the monitor start with nothing to read and say so;
-then the heartbeats reach the standby and are reported healthy within two heartbeat intervals,
-the orders an application writes to the primary arrive on the standby, and the position of the
-application's consumer group is checkpointed to the standby (translated through the mirror's offset
-syncs to where the group would resume there)."""
+user runs it: two fresh RocketMQ brokers (embedded, or Apache with CONNECT_TEST_ROCKETMQ=apache),
+only ``ROCKETMQ_PRIMARY`` / ``ROCKETMQ_STANDBY`` set, the four files loaded as ``connect run`` loads
+them, in the natural order (the replicator first, the application later). The mirror and the monitor
+start with nothing to read and say so; then the heartbeats reach the standby and are reported
+healthy within two heartbeat intervals, the orders an application writes to the primary arrive on
+the standby, and the position of the application's consumer group is checkpointed to the standby
+(translated through the mirror's offset syncs to where the group would resume there)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from rocketmq_brokers import rocketmq_broker
 from rocketmq_util import consume_all
 from service_util import wait_for
 
 from connectors.rocketmq.client import ConsumerData, SyncRocketMQClient, TopicNotFoundError
-from worker.embedded import EmbeddedRocketMQ
 from worker.pipeline import load_pipeline_file
 from worker.runtime.driver import Driver
 from worker.runtime.spark import SparkExecutor
@@ -35,7 +35,7 @@ N, QUEUES = 1000, 2
 
 def _stored(broker, topic: str) -> int:
     """Messages in ``topic`` (0 while it does not exist)."""
-    with SyncRocketMQClient(broker.namesrv) as c:
+    with SyncRocketMQClient(broker.namesrv, timeout=30) as c:
         try:
             route = c.topic_route(topic)
         except TopicNotFoundError:
@@ -44,9 +44,9 @@ def _stored(broker, topic: str) -> int:
 
 
 def _write_orders(primary) -> None:
-    with SyncRocketMQClient(primary.namesrv) as c:
-        c.create_topic(primary.namesrv, ORDERS, QUEUES, QUEUES)
-        sends = [c.send(primary.namesrv, ORDERS, i % QUEUES, f"order-{i}".encode(), {"KEYS": f"order-{i}"})
+    with SyncRocketMQClient(primary.namesrv, timeout=30) as c:
+        c.create_topic(primary.broker_addr, ORDERS, QUEUES, QUEUES)
+        sends = [c.send(primary.broker_addr, ORDERS, i % QUEUES, f"order-{i}".encode(), {"KEYS": f"order-{i}"})
                  for i in range(N)]
         assert all(f.result(30).ok for f in sends)
 
@@ -54,19 +54,23 @@ def _write_orders(primary) -> None:
 def _consume_orders(primary) -> dict[int, int]:
     """A consumer group, registered by its heartbeat as a RocketMQ consumer is, reads every order
     of each queue and commits, then goes away; its next offset per queue."""
-    with SyncRocketMQClient(primary.namesrv) as c:
-        c.heartbeat(primary.namesrv, "orders-app@1", consumer_groups=[ConsumerData(GROUP, (ORDERS,))])
+    with SyncRocketMQClient(primary.namesrv, timeout=30) as c:
+        c.heartbeat(primary.broker_addr, "orders-app@1", consumer_groups=[ConsumerData(GROUP, (ORDERS,))])
         for q in range(QUEUES):
-            pulled = c.pull(primary.namesrv, GROUP, ORDERS, q, 0, N)
-            assert pulled.status == "FOUND" and len(pulled.messages) == N // QUEUES
-            c.update_consumer_offset(primary.namesrv, GROUP, ORDERS, q, N // QUEUES)
+            offset = 0  # Apache answers at most 32 messages a pull (maxTransferCountOnMessageInMemory)
+            while offset < N // QUEUES:
+                pulled = c.pull(primary.broker_addr, GROUP, ORDERS, q, offset, N)
+                assert pulled.status == "FOUND" and pulled.messages
+                offset = pulled.next_begin_offset
+            assert offset == N // QUEUES
+            c.update_consumer_offset(primary.broker_addr, GROUP, ORDERS, q, N // QUEUES)
     return {q: N // QUEUES for q in range(QUEUES)}
 
 
 def _group_on_standby(standby) -> dict[int, int]:
     """The group's offsets on the standby (0 where it has none: a broker answers 0 for a group
     without an offset on a queue that starts at 0)."""
-    with SyncRocketMQClient(standby.namesrv) as c:
+    with SyncRocketMQClient(standby.namesrv, timeout=30) as c:
         route = c.topic_route(ORDERS)
         return {mq.queue_id: c.query_consumer_offset(route.master_addr(mq.broker_name), GROUP, ORDERS, mq.queue_id)
                 for mq in route.read_queues()}
@@ -79,8 +83,8 @@ def _checkpoints(standby) -> list[dict]:
 
 
 def test_shipped_rocketmq_dr_example_on_fresh_brokers(spark, tmp_path, monkeypatch):
-    with EmbeddedRocketMQ(tmp_path / "primary", log_path=tmp_path / "primary.log") as primary, \
-            EmbeddedRocketMQ(tmp_path / "standby", log_path=tmp_path / "standby.log") as standby:
+    with rocketmq_broker(tmp_path / "primary", log_path=tmp_path / "primary.log") as primary, \
+            rocketmq_broker(tmp_path / "standby", log_path=tmp_path / "standby.log") as standby:
         monkeypatch.setenv("ROCKETMQ_PRIMARY", primary.namesrv)
         monkeypatch.setenv("ROCKETMQ_STANDBY", standby.namesrv)
         pipelines = [load_pipeline_file(CONF / f"rocketmq-dr-{name}.json") for name in FILES]

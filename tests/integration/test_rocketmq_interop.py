@@ -85,7 +85,7 @@ def test_the_cpp_push_consumer_reads_what_the_project_client_wrote(rocketmq_pair
     broker, _ = rocketmq_pair
     topic = "FromPy" + hashlib.sha1(unique.encode()).hexdigest()[:10]
     with SyncRocketMQClient(broker.namesrv) as client:
-        client.create_topic(broker.namesrv, topic, 4, 4)
+        client.create_topic(broker.broker_addr, topic, 4, 4)
         route = client.topic_route(topic)
         queues = route.write_queues()
         singles = [client.send(route.master_addr(q.broker_name), topic, q.queue_id, f"single #{i}".encode(),

@@ -119,10 +119,10 @@ def test_both_brokers_restarted_mid_stream_lose_nothing(spark, tmp_path, unique)
     """Source and target brokers are stopped mid-stream (pulls and sends in flight fail over the
     wire) and started again 2 s later on their data: the pair keeps RUNNING, and after the
     restart every record is there, per queue in order."""
-    from worker.embedded import EmbeddedRocketMQ
+    from rocketmq_brokers import rocketmq_broker
 
-    src = EmbeddedRocketMQ(tmp_path / "src", log_path=tmp_path / "src.log").start()
-    dst = EmbeddedRocketMQ(tmp_path / "dst", log_path=tmp_path / "dst.log").start()
+    src = rocketmq_broker(tmp_path / "src", log_path=tmp_path / "src.log").start()
+    dst = rocketmq_broker(tmp_path / "dst", log_path=tmp_path / "dst.log").start()
     topic, n, queues = "Restarted", 50_000, 2
     try:
         produce(src, topic, n, queues)
@@ -320,4 +320,4 @@ def test_start_positions_and_progress_written_to_a_source_consumer_group(rocketm
         got = sorted(_index(m) for msgs in consume_all(dst, target).values() for m in msgs)
         assert got == list(range(first, end)), position
         with SyncRocketMQClient(src.namesrv) as c:
-            assert c.query_consumer_offset(src.namesrv, f"grp-{position}", topic, 0) == end
+            assert c.query_consumer_offset(src.broker_addr, f"grp-{position}", topic, 0) == end

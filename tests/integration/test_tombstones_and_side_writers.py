@@ -20,7 +20,7 @@ from connect.testing import MemorySinkTask, MemorySourceTask
 from connectors.kafka import KafkaSinkConnector, KafkaSinkTask
 from connectors.pulsar.sink import PulsarSinkConnector, PulsarSinkTask
 from connectors.rocketmq.client import SyncRocketMQClient
-from connectors.rocketmq.mapping import record_fields
+from connectors.rocketmq.mapping import PLACEHOLDER, record_fields
 from connectors.rocketmq.sink import RocketMQSinkConnector, RocketMQSinkTask
 
 RECORDS = [(b"k0", b"v0"), (b"k1", None), (None, b"v2"), (None, None), (b"k4", b"v4")]  # (key, value)
@@ -94,13 +94,14 @@ def test_pulsar_sink_sends_an_empty_key_as_no_key(pulsar_pair, unique):
 
 
 def test_rocketmq_sink_marks_tombstones_so_the_source_restores_them(rocketmq_pair, unique):
-    """RocketMQ has no null body: a tombstone is an empty body with CONNECT_NULL_VALUE=true, and
-    the RocketMQ source's mapping reads it back as a record without value (RocketMQ -> Kafka keeps
-    the tombstone); an empty value stays an empty value."""
+    """RocketMQ has no null or empty body (Apache's broker fails on an empty one): a tombstone is a
+    one-byte body with CONNECT_NULL_VALUE=true, an empty value the same body with
+    CONNECT_EMPTY_VALUE=true, and the RocketMQ source's mapping reads them back as a record without
+    value (RocketMQ -> Kafka keeps the tombstone) and as an empty value."""
     _, dst = rocketmq_pair
     topic = f"tomb-{unique}"[:60].replace(".", "-")
     with SyncRocketMQClient(dst.namesrv) as c:
-        c.create_topic(dst.namesrv, topic, 1, 1)
+        c.create_topic(dst.broker_addr, topic, 1, 1)
     given = [*RECORDS, (b"k5", b"")]
     _Given.given = given
     try:
@@ -108,8 +109,9 @@ def test_rocketmq_sink_marks_tombstones_so_the_source_restores_them(rocketmq_pai
     finally:
         _Given.given = RECORDS
     msgs = rocketmq_util.consume_all(dst, topic)[0]
-    assert [m.body for m in msgs] == [v or b"" for _, v in given]
+    assert [m.body for m in msgs] == [v or PLACEHOLDER for _, v in given]
     assert [m.properties.get("CONNECT_NULL_VALUE") for m in msgs] == [None, "true", None, "true", None, None]
+    assert [m.properties.get("CONNECT_EMPTY_VALUE") for m in msgs] == [None] * 5 + ["true"]
     assert ["KEYS" in m.properties for m in msgs] == [k is not None for k, _ in given]
     assert [record_fields(m)[:2] for m in msgs] == given
 

@@ -123,7 +123,7 @@ def test_sources_started_before_their_topics_pick_them_up_and_a_growing_queue_co
         # from their first message and the target grows with it.
         grown = time.monotonic()
         with SyncRocketMQClient(rsrc.namesrv) as c:
-            c.create_topic(rsrc.namesrv, rocketmq_topic, 4, 4)
+            c.create_topic(rsrc.broker_addr, rocketmq_topic, 4, 4)
         rocketmq_produce(rsrc, rocketmq_topic, N, 4, start=N)
         produced = time.monotonic() - grown
         took_grown = _wait_committed(runtimes, {"rocketmq": 2 * N}, grown, 60)["rocketmq"]

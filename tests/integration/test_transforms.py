@@ -145,7 +145,7 @@ def test_insert_header_is_seen_by_a_rocketmq_consumer(rocketmq_pair, unique):
     topic = f"hdr-{unique}"
     rocketmq_produce(src, topic, 40, 2)
     with SyncRocketMQClient(dst.namesrv) as c:  # the worker's driver prepares targets; the test kit does not
-        c.create_topic(dst.namesrv, f"{topic}-copy", 2, 2)
+        c.create_topic(dst.broker_addr, f"{topic}-copy", 2, 2)
     run = run_pair({"source.connector.class": "rocketmq", "source.namesrv.addr": src.namesrv, "source.topics": topic,
                     "sink.connector.class": "rocketmq", "sink.namesrv.addr": dst.namesrv,
                     "sink.topic.template": "{topic}-copy", "epoch.max.ms": "1500",
