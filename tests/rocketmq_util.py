@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectors.rocketmq.client import SyncRocketMQClient
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 
 def produce(broker, topic: str, count: int, queues: int, *, start: int = 0, tags=("TagA", "TagB")) -> None:

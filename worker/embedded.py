@@ -513,7 +513,7 @@ class ApacheRocketMQ:
     def _wait_registered(self, timeout: float) -> None:
         """Until the name server routes TBW102 (the auto-create template topic) to this broker."""
         from connect.errors import ConnectError
-        from connectors.rocketmq.client import SyncRocketMQClient
+        from connectors.rocketmq.sync_client import SyncRocketMQClient
 
         deadline = time.monotonic() + timeout
         with SyncRocketMQClient(self.namesrv, timeout=2.0) as client:

@@ -66,7 +66,7 @@ class RocketMQSideWriter(QueuedSideWriter):
             raise RetriableError(f"route lookup of topic {topic}: no answer in {left:.1f} s") from None
 
     def _route(self, deadline: float) -> Target:
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
 
         if self._client is None:
             self._client = CLIENTS.acquire(self._settings)
@@ -109,7 +109,7 @@ class RocketMQSideWriter(QueuedSideWriter):
         return RetriableError(f"record {r.position()} not sent to {self.topic}: {exc}")
 
     def _settled(self, record: ConnectRecord, fut) -> None:
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
 
         error: BaseException | None = None
         exc = fut.exception()

@@ -93,7 +93,7 @@ class RocketMQSinkConnector(SinkConnector):
         self._names.announce(source_topics, log, f"connector {self.context.name}" if self.context else "rocketmq sink")
         if not cfg["auto.create.topics"]:
             return
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
         from connectors.rocketmq.system import created_by_sends_only
 
         targets, _refused, _ = self._names.plan(source_topics)  # refused ones were just logged
@@ -190,7 +190,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         creates ``rmq_sys_*`` only from a send) is sent to through TBW102's first queue, as
         RocketMQ's producer does, so its first send creates it; that route is not kept: the next
         ``put`` looks the created topic up."""
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
         from connectors.rocketmq.system import created_by_sends_only
 
         target = self._targets.get(source_topic)

@@ -22,7 +22,7 @@ from kafka_util import create_topic
 from kafka_util import produce as kafka_produce
 from pipeline_util import make_driver, pair_pipeline
 
-from connectors.rocketmq.client import SyncRocketMQClient
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,9 +19,9 @@ from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySinkTask, MemorySourceTask
 from connectors.kafka import KafkaSinkConnector, KafkaSinkTask
 from connectors.pulsar.sink import PulsarSinkConnector, PulsarSinkTask
-from connectors.rocketmq.client import SyncRocketMQClient
 from connectors.rocketmq.mapping import PLACEHOLDER, record_fields
 from connectors.rocketmq.sink import RocketMQSinkConnector, RocketMQSinkTask
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 RECORDS = [(b"k0", b"v0"), (b"k1", None), (None, b"v2"), (None, None), (b"k4", b"v4")]  # (key, value)
 
