@@ -43,7 +43,7 @@ from connectors.rocketmq.protocol import (
 )
 
 __all__ = [
-    "AclSigner", "RemotingConnection", "RequestHandler", "split_address", "request_name", "broker_error",
+    "AclSigner", "acl_signature", "RemotingConnection", "RequestHandler", "split_address", "request_name", "broker_error",
     "RemotingTimeoutError", "ConnectionLostError", "BrokerError", "RetriableBrokerError", "TopicNotFoundError",
 ]
 
@@ -147,10 +147,18 @@ class AclSigner:
     @classmethod
     def signature(cls, ext_fields: Mapping[str, str], body: bytes, secret_key: str) -> str:
         """``AclUtils.combineRequestContent`` + ``AclSigner.calSignature``."""
-        keys = sorted((k for k in ext_fields if k != cls.SIGNATURE), key=lambda k: k.encode("utf-16-be"))
-        content = "".join(str(ext_fields[k]) for k in keys).encode() + (body or b"")
-        digest = hmac.new(secret_key.encode(), content, hashlib.sha1).digest()
-        return base64.b64encode(digest).decode("ascii")
+        return acl_signature(ext_fields, body, secret_key, (cls.SIGNATURE,))
+
+
+def acl_signature(ext_fields: Mapping[str, str], body: bytes, secret_key: str, unsigned: tuple[str, ...]) -> str:
+    """base64(HmacSHA1(``secret_key``, the values of the ext fields not in ``unsigned``, in key
+    order, followed by the body)), keys ordered as a Java ``TreeMap<String, ...>`` orders them
+    (UTF-16 code units). What a client signs (:class:`AclSigner`) and what the embedded broker
+    checks (:func:`connectors.rocketmq.acl.check_access`, which leaves one more field unsigned)."""
+    keys = sorted((k for k in ext_fields if k not in unsigned), key=lambda k: k.encode("utf-16-be"))
+    content = "".join(str(ext_fields[k]) for k in keys).encode() + (body or b"")
+    digest = hmac.new(secret_key.encode(), content, hashlib.sha1).digest()
+    return base64.b64encode(digest).decode("ascii")
 
 
 # -- one connection -------------------------------------------------------------------------------
