@@ -38,6 +38,9 @@ from connectors.rocketmq.models import (
     parse_topic_route,
 )
 from connectors.rocketmq.protocol import (
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
     MessageExt,
     ProtocolError,
     RemotingCommand,
@@ -61,9 +64,6 @@ from connectors.rocketmq.remoting import (
 )
 
 __all__ = ["RocketMQClient"]
-
-# PullSysFlag
-FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
 
 
 def _bool(v: bool) -> str:
