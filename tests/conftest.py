@@ -2,7 +2,9 @@
 
 ``kafka_pair``, ``third_kafka`` and ``proxied_target`` run tansu, or Apache Kafka with
 ``CONNECT_TEST_KAFKA=apache`` (``kafka_brokers.kafka_broker``); ``apache_kafka_pair`` is always
-Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs)."""
+Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs).
+Likewise ``pulsar_pair`` runs pulsar-lite, or Apache Pulsar standalone with ``CONNECT_TEST_PULSAR=apache``
+(``pulsar_brokers``); ``apache_pulsar_pair`` is always Apache Pulsar."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from kafka_brokers import kafka_broker, start_all, use_apache_kafka  # noqa: E402
+from pulsar_brokers import use_apache_pulsar  # noqa: E402
 
 from connect.plugins import register_plugin  # noqa: E402
-from worker.embedded import ApacheKafka, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
+from worker.embedded import ApacheKafka, ApachePulsar, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
 
 # The in-memory test connectors are not production plugins (no entry point); tests use aliases.
 register_plugin("memory-source", "connect.testing:MemorySourceConnector")
@@ -68,9 +71,24 @@ def third_kafka(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def pulsar_pair(tmp_path_factory):
-    """Two independent pulsar-lite clusters: (source, target). Topics are not partitioned unless
-    made so with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""
+def apache_pulsar_pair(tmp_path_factory):
+    """Two independent Apache Pulsar standalone clusters, named ``a`` and ``b``: (source, target).
+    Each knows only itself: tests that replicate register the other (``clusters``)."""
+    root = tmp_path_factory.mktemp("apache-pulsar")
+    a, b = start_all([ApachePulsar(root / "a", log_path=root / "a.log", cluster="a"),
+                      ApachePulsar(root / "b", log_path=root / "b.log", cluster="b")])
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def pulsar_pair(request, tmp_path_factory):
+    """Two independent Pulsar clusters: (source, target). Topics are not partitioned unless made so
+    with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""
+    if use_apache_pulsar():
+        yield request.getfixturevalue("apache_pulsar_pair")
+        return
     root = tmp_path_factory.mktemp("pulsar")
     a = EmbeddedPulsar(root / "a", log_path=root / "a.log").start()
     b = EmbeddedPulsar(root / "b", log_path=root / "b.log").start()

@@ -10,7 +10,7 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
 def client(broker) -> pulsar.Client:
-    return pulsar.Client(broker.service_url, logger=QUIET, operation_timeout_seconds=10)
+    return pulsar.Client(broker.service_url, logger=QUIET, operation_timeout_seconds=30)
 
 
 def produce(broker, topic: str, count: int, partitions: int, *, start: int = 0) -> None:

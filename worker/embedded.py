@@ -399,7 +399,8 @@ class ApachePulsar(_Freezable):
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 240.0) -> ApachePulsar:
-        """Start and wait until the admin API lists ``public/default`` (the standalone made it)."""
+        """Start and wait until the admin API lists ``public/default`` (the standalone made it) and a
+        message written there is stored."""
         from worker.brokers import pulsar as bundle
 
         started = time.monotonic()
@@ -413,7 +414,7 @@ class ApachePulsar(_Freezable):
                                 direct=self.direct, flags=self.JVM_FLAGS, log4j2_config=self.data_dir / "log4j2.xml")
         self.proc = _launch(argv, self.port, "Apache Pulsar", timeout, self.log_path, cwd=self.data_dir)
         try:
-            bundle.wait_ready(self.admin_url, lambda: self.proc.poll() is None,
+            bundle.wait_ready(self.admin_url, self.service_url, lambda: self.proc.poll() is None,
                               max(1.0, timeout - (time.monotonic() - started)), f"Apache Pulsar (log: {log_file})")
         except RuntimeError:
             self.kill()

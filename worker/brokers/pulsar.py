@@ -75,6 +75,9 @@ def standalone_conf(*, cluster: str, broker_port: int, web_port: int, partitions
         "journalMaxGroupWaitMSec": "1",
         "diskUsageThreshold": "0.99",
         "diskUsageWarnThreshold": "0.99",
+        # the bookie's frames must take a whole broker message (maxMessageSize 5 MiB) with its
+        # headers: BookKeeper's default (5 MiB exactly) drops a 5 MiB chunk and the send times out
+        "nettyMaxFrameSizeBytes": str(5 * 1024 * 1024 + 10 * 1024),
         # few threads: two cores shared with everything else
         "numIOThreads": "2",
         "numHttpServerThreads": "8",
@@ -86,6 +89,7 @@ def standalone_conf(*, cluster: str, broker_port: int, web_port: int, partitions
         "bookkeeperClientNumIoThreads": "2",
         "numWorkerThreadsForNonPersistentTopic": "1",
         "webSocketServiceEnabled": "false",
+        "defaultNumberOfNamespaceBundles": "1",  # one bundle to load per namespace (default 4)
         "managedLedgerCacheSizeMB": "32",
         # topics stay until deleted (tests create them with the admin API and write later)
         "brokerDeleteInactiveTopicsEnabled": "false",
@@ -141,20 +145,44 @@ def admin_request(admin_url: str, method: str, path: str, body=None, timeout: fl
     return json.loads(text) if text else None
 
 
-def wait_ready(admin_url: str, alive, timeout: float, what: str) -> None:
+WARM_UP_TOPIC = "persistent://public/default/__connect-warm-up"
+
+
+def wait_ready(admin_url: str, service_url: str, alive, timeout: float, what: str) -> None:
     """Until the admin API lists ``public/default`` (the standalone creates it once its broker
-    serves); ``alive()`` False (the process ended) or ``timeout`` raise RuntimeError."""
+    serves), then one message is written there to a topic deleted again: the namespace's bundle and
+    its topic-policies system topic are loaded, so the first real topic does not pay for them (a
+    first producer took over 10 s on a loaded machine). ``alive()`` False (the process ended) or
+    ``timeout`` raise RuntimeError."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         if not alive():
             raise RuntimeError(f"{what} exited before it served")
         try:
             if "public/default" in (admin_request(admin_url, "GET", "/admin/v2/namespaces/public", timeout=5) or []):
-                return
+                break
         except (OSError, ValueError):  # not listening yet, or answering 5xx/404 while it starts
             pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not serve public/default within {timeout:.0f}s")
         time.sleep(0.5)
-    raise RuntimeError(f"{what} did not serve public/default within {timeout:.0f}s")
+    _warm_up(admin_url, service_url, max(1.0, deadline - time.monotonic()), what)
+
+
+def _warm_up(admin_url: str, service_url: str, timeout: float, what: str) -> None:
+    import pulsar
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+                           operation_timeout_seconds=max(int(timeout), 1))
+    try:
+        producer = client.create_producer(WARM_UP_TOPIC, send_timeout_millis=int(timeout * 1000))
+        producer.send(b"ready")
+        producer.close()
+    except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
+        raise RuntimeError(f"{what} did not take a message within {timeout:.0f}s: {exc}") from None
+    finally:
+        client.close()
+    admin_request(admin_url, "DELETE", f"{_topic_path(WARM_UP_TOPIC)}?force=true", timeout=timeout)
 
 
 def _topic_path(topic: str) -> str:
