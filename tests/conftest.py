@@ -137,9 +137,11 @@ def proxied_target(tmp_path_factory):
 @pytest.fixture
 def unique(request):
     """A topic/connector name unique to the test, of the characters Kafka allows in topic names
-    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not)."""
+    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not), without
+    ``-partition-`` (Apache Pulsar refuses it in a partitioned topic's name, pulsar-lite did not)."""
     name = re.sub(r"[^A-Za-z0-9.-]", "-", request.node.name.replace("[", "-").replace("]", ""))
-    return f"{name}-{os.getpid()}"
+    # Apache Pulsar refuses a partitioned topic whose name holds "-partition-" (a partition's suffix)
+    return f"{name.replace('-partition-', '-part-')}-{os.getpid()}"
 
 
 @pytest.fixture
