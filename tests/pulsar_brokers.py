@@ -33,3 +33,15 @@ def needs_apache_pulsar(broker) -> None:
 
     if not isinstance(broker, ApachePulsar):
         pytest.skip("needs Apache Pulsar's admin REST API: CONNECT_TEST_PULSAR=apache")
+
+
+def register(on: ApachePulsar, *others: ApachePulsar) -> None:
+    """Make ``on`` know each of ``others`` by cluster name, through the admin API (what a tenant
+    allowed on several clusters and geo-replication need)."""
+    from connectors.pulsar.metadata import PulsarAdmin
+
+    with PulsarAdmin(on.admin_url) as admin:
+        for other in others:
+            if admin.request("GET", f"/admin/v2/clusters/{other.cluster}", missing=True) is None:
+                admin.request("PUT", f"/admin/v2/clusters/{other.cluster}",
+                              {"serviceUrl": other.admin_url, "brokerServiceUrl": other.service_url})

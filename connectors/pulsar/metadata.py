@@ -698,12 +698,14 @@ class PulsarMetadataSinkTask(SinkTask):
         ns, data = ev.resource_name, strip_stamp(ev.data or {})
         stamp = {BY: ev.source_cluster, TIME: str(ev.update_time)}
         self._deletions.pop(("Namespaces", ns), None)
-        self._count_ignored(ns, data, current or {})
         if current is None:
             body = {f: data[f] for f in NAMESPACE_FIELDS if data.get(f) is not None and f != "properties"}
             body["properties"] = {**(data.get("properties") or {}), **stamp}
             try:
                 self.admin.create_namespace(ns, body)
+                # Compared with what this cluster made of it (a broker fills every Policies field with
+                # its defaults), not with nothing: only fields that really differ are left unsynced.
+                self._count_ignored(ns, data, self.admin.policies(ns) or {})
                 return
             except AdminError as exc:
                 if exc.status == 404 and self.admin.tenant(ns.split("/", 1)[0]) is None:
@@ -717,6 +719,7 @@ class PulsarMetadataSinkTask(SinkTask):
                 if exc.status != 409:
                     raise
             current = self.admin.policies(ns) or {}  # created meanwhile: update it
+        self._count_ignored(ns, data, current)
         have = strip_stamp(current)
         # Several requests follow: the marker keeps this cluster's watcher from reading them half done.
         self.admin.set_properties(ns, {PENDING: str(int(time.time() * 1000))})

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 
 import pytest
 from pipeline_util import make_driver, pair_pipeline
+from pulsar_brokers import register
 
 from connect.plugins import register_plugin
 from connectors.pulsar.metadata import PulsarAdmin, stamp_of
@@ -42,15 +43,6 @@ TAIL = {"reader.stall.check.ms": "1000"}  # readers tailing the event topics: re
 
 def retention(minutes: int, mb: int) -> dict:
     return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": mb}
-
-
-def register(on: ApachePulsar, *others: ApachePulsar) -> None:
-    """Make ``on`` know each of ``others`` by cluster name (what geo-replication needs too)."""
-    with PulsarAdmin(on.admin_url) as admin:
-        for other in others:
-            if admin.request("GET", f"/admin/v2/clusters/{other.cluster}", missing=True) is None:
-                admin.request("PUT", f"/admin/v2/clusters/{other.cluster}",
-                              {"serviceUrl": other.admin_url, "brokerServiceUrl": other.service_url})
 
 
 @pytest.fixture(scope="module")
