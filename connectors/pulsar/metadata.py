@@ -179,7 +179,9 @@ class PulsarAdmin:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def request(self, method: str, path: str, body: Any = None, *, missing: bool = False) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, missing: bool = False, answer: bool = True) -> Any:
+        """``answer`` False: the answer's body is not read (Pulsar answers some calls with plain text,
+        e.g. a removed property's old value)."""
         url = self.url + path
         timeout = self._timeout if self._time_left is None else min(self._timeout, max(self._time_left(), 0.5))
         try:
@@ -198,7 +200,7 @@ class PulsarAdmin:
             if status >= 500 or status in (408, 429):
                 raise RetriableError(text)
             raise AdminError(text, status)
-        if not resp.content:
+        if not resp.content or not answer:
             return None
         try:
             return resp.json()
@@ -268,7 +270,8 @@ class PulsarAdmin:
         self.request("PUT", f"/admin/v2/namespaces/{_seg(namespace)}/properties", dict(properties))
 
     def remove_property(self, namespace: str, key: str) -> None:
-        self.request("DELETE", f"/admin/v2/namespaces/{_seg(namespace)}/property/{quote(key, safe='')}", missing=True)
+        self.request("DELETE", f"/admin/v2/namespaces/{_seg(namespace)}/property/{quote(key, safe='')}", missing=True,
+                     answer=False)
 
     # partitioned topics ("persistent://tenant/ns/topic")
     def partitions(self, topic: str) -> int | None:

@@ -64,3 +64,14 @@ def test_a_namespace_created_from_an_event_counts_only_the_fields_that_really_di
             for admin in (admin_a, admin_b):
                 admin.delete_namespace(n)
                 admin.delete_tenant(tenant)
+
+
+def test_removing_a_namespace_property_takes_pulsars_plain_text_answer(apache_pulsar_pair, unique):
+    """Pulsar answers a property's removal with its old value as plain text, not JSON: the removal
+    succeeded and is not an error to retry (it was: the applier re-sent the event once more)."""
+    a, _ = apache_pulsar_pair
+    key = f"gone-{unique.rsplit('-', 1)[1]}"
+    with PulsarAdmin(a.admin_url) as admin:
+        admin.set_properties("public/default", {key: "old value"})
+        admin.remove_property("public/default", key)
+        assert key not in (admin.policies("public/default").get("properties") or {})
