@@ -5,7 +5,9 @@
 Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs).
 ``rocketmq_pair`` runs the embedded RocketMQ broker, or Apache RocketMQ with
 ``CONNECT_TEST_ROCKETMQ=apache`` (``rocketmq_brokers.rocketmq_broker``); ``apache_rocketmq_pair``
-is always Apache RocketMQ (likewise shared with ``rocketmq_pair``)."""
+is always Apache RocketMQ (likewise shared with ``rocketmq_pair``).
+Likewise ``pulsar_pair`` runs pulsar-lite, or Apache Pulsar standalone with ``CONNECT_TEST_PULSAR=apache``
+(``pulsar_brokers``); ``apache_pulsar_pair`` is always Apache Pulsar."""
 
 from __future__ import annotations
 
@@ -19,10 +21,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from kafka_brokers import kafka_broker, start_all, use_apache_kafka  # noqa: E402
+from pulsar_brokers import use_apache_pulsar  # noqa: E402
 from rocketmq_brokers import stop_all, use_apache_rocketmq  # noqa: E402
 
 from connect.plugins import register_plugin  # noqa: E402
-from worker.embedded import ApacheKafka, ApacheRocketMQ, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
+from worker.embedded import (  # noqa: E402
+    ApacheKafka,
+    ApachePulsar,
+    ApacheRocketMQ,
+    EmbeddedPulsar,
+    EmbeddedRocketMQ,
+)
 
 # The in-memory test connectors are not production plugins (no entry point); tests use aliases.
 register_plugin("memory-source", "connect.testing:MemorySourceConnector")
@@ -72,9 +81,24 @@ def third_kafka(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def pulsar_pair(tmp_path_factory):
-    """Two independent pulsar-lite clusters: (source, target). Topics are not partitioned unless
-    made so with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""
+def apache_pulsar_pair(tmp_path_factory):
+    """Two independent Apache Pulsar standalone clusters, named ``a`` and ``b``: (source, target).
+    Each knows only itself: tests that replicate register the other (``clusters``)."""
+    root = tmp_path_factory.mktemp("apache-pulsar")
+    a, b = start_all([ApachePulsar(root / "a", log_path=root / "a.log", cluster="a"),
+                      ApachePulsar(root / "b", log_path=root / "b.log", cluster="b")])
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def pulsar_pair(request, tmp_path_factory):
+    """Two independent Pulsar clusters: (source, target). Topics are not partitioned unless made so
+    with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""
+    if use_apache_pulsar():
+        yield request.getfixturevalue("apache_pulsar_pair")
+        return
     root = tmp_path_factory.mktemp("pulsar")
     a = EmbeddedPulsar(root / "a", log_path=root / "a.log").start()
     b = EmbeddedPulsar(root / "b", log_path=root / "b.log").start()
@@ -136,9 +160,11 @@ def proxied_target(tmp_path_factory):
 @pytest.fixture
 def unique(request):
     """A topic/connector name unique to the test, of the characters Kafka allows in topic names
-    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not)."""
+    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not), without
+    ``-partition-`` (Apache Pulsar refuses it in a partitioned topic's name, pulsar-lite did not)."""
     name = re.sub(r"[^A-Za-z0-9.-]", "-", request.node.name.replace("[", "-").replace("]", ""))
-    return f"{name}-{os.getpid()}"
+    # Apache Pulsar refuses a partitioned topic whose name holds "-partition-" (a partition's suffix)
+    return f"{name.replace('-partition-', '-part-')}-{os.getpid()}"
 
 
 @pytest.fixture

@@ -180,7 +180,9 @@ class PulsarAdmin:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def request(self, method: str, path: str, body: Any = None, *, missing: bool = False) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, missing: bool = False, answer: bool = True) -> Any:
+        """``answer`` False: the answer's body is not read (Pulsar answers some calls with plain text,
+        e.g. a removed property's old value)."""
         url = self.url + path
         timeout = self._timeout if self._time_left is None else min(self._timeout, max(self._time_left(), 0.5))
         try:
@@ -199,7 +201,7 @@ class PulsarAdmin:
             if status >= 500 or status in (408, 429):
                 raise RetriableError(text)
             raise AdminError(text, status)
-        if not resp.content:
+        if not resp.content or not answer:
             return None
         try:
             return resp.json()
@@ -269,7 +271,8 @@ class PulsarAdmin:
         self.request("PUT", f"/admin/v2/namespaces/{_seg(namespace)}/properties", dict(properties))
 
     def remove_property(self, namespace: str, key: str) -> None:
-        self.request("DELETE", f"/admin/v2/namespaces/{_seg(namespace)}/property/{quote(key, safe='')}", missing=True)
+        self.request("DELETE", f"/admin/v2/namespaces/{_seg(namespace)}/property/{quote(key, safe='')}", missing=True,
+                     answer=False)
 
     # partitioned topics ("persistent://tenant/ns/topic")
     def partitions(self, topic: str) -> int | None:
@@ -699,12 +702,14 @@ class PulsarMetadataSinkTask(SinkTask):
         ns, data = ev.resource_name, strip_stamp(ev.data or {})
         stamp = {BY: ev.source_cluster, TIME: str(ev.update_time)}
         self._deletions.pop(("Namespaces", ns), None)
-        self._count_ignored(ns, data, current or {})
         if current is None:
             body = {f: data[f] for f in NAMESPACE_FIELDS if data.get(f) is not None and f != "properties"}
             body["properties"] = {**(data.get("properties") or {}), **stamp}
             try:
                 self.admin.create_namespace(ns, body)
+                # Compared with what this cluster made of it (a broker fills every Policies field with
+                # its defaults), not with nothing: only fields that really differ are left unsynced.
+                self._count_ignored(ns, data, self.admin.policies(ns) or {})
                 return
             except AdminError as exc:
                 if exc.status == 404 and self.admin.tenant(ns.split("/", 1)[0]) is None:
@@ -718,6 +723,7 @@ class PulsarMetadataSinkTask(SinkTask):
                 if exc.status != 409:
                     raise
             current = self.admin.policies(ns) or {}  # created meanwhile: update it
+        self._count_ignored(ns, data, current)
         have = strip_stamp(current)
         # Several requests follow: the marker keeps this cluster's watcher from reading them half done.
         self.admin.set_properties(ns, {PENDING: str(int(time.time() * 1000))})
