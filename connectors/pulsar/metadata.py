@@ -48,7 +48,9 @@ the record position and the JSON path; events of this cluster (``sourceCluster``
 ``cluster.name``) are skipped; the resource's stamp is read and the event applied only if
 :func:`~connectors.replicator.metadata.newer` says it is newer (equal stamp: duplicate; older:
 stale). ``Created`` / ``Modified`` create or update, with the event's stamp written along;
-``Deleted`` deletes. Namespaces are applied field by field, for the fields in
+``Deleted`` deletes. A tenant that allows this cluster keeps it allowed (an event from another
+cluster names that one: independent clusters each allow their tenants on themselves, ``public``
+first of all). Namespaces are applied field by field, for the fields in
 :data:`NAMESPACE_FIELDS` (``retention_policies`` via ``/retention``, ``message_ttl_in_seconds`` via
 ``/messageTTL``, ``properties`` via ``/properties``; a field the event's data does not hold is left
 as it is, a null one removed); other Policies fields whose value differs from this cluster's are
@@ -688,6 +690,11 @@ class PulsarMetadataSinkTask(SinkTask):
 
     def _upsert_tenant(self, ev: MetadataChangeEvent, current: dict | None) -> None:
         body = {**strip_stamp(ev.data or {}), BY: ev.source_cluster, TIME: ev.update_time}
+        allowed = list(body.get("allowedClusters") or [])
+        if current is not None and self.cluster in (current.get("allowedClusters") or []) and self.cluster not in allowed:
+            # Independent clusters each allow a tenant on themselves: another cluster's TenantInfo
+            # would take this cluster out, and it would refuse every new namespace of the tenant.
+            body["allowedClusters"] = sorted([*allowed, self.cluster])
         self._deletions.pop(("Tenants", ev.resource_name), None)
         if current is None:
             try:

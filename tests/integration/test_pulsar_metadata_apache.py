@@ -75,3 +75,34 @@ def test_removing_a_namespace_property_takes_pulsars_plain_text_answer(apache_pu
         admin.set_properties("public/default", {key: "old value"})
         admin.remove_property("public/default", key)
         assert key not in (admin.policies("public/default").get("properties") or {})
+
+
+def test_a_tenant_event_from_another_cluster_keeps_this_cluster_allowed(apache_pulsar_pair, unique):
+    """Independent clusters each allow a tenant (``public`` above all) on themselves only. A tenant
+    event from b names b; applied as it is on a, it took ``a`` out of the tenant's allowed clusters,
+    and a refused every new namespace there ("Cluster [a] is not in the list of allowed clusters"):
+    seen on the shared pair after the PIP-136 sync test, whose watchers sync ``public``. Stock Pulsar
+    keeps no tenant stamp, so every such event applies (see docs/replication.md). The applier keeps
+    its own cluster allowed where it was."""
+    a, b = apache_pulsar_pair
+    register(a, b)
+    tenant = f"allowed-{unique.rsplit('-', 1)[1]}"
+    with PulsarAdmin(a.admin_url) as admin:
+        admin.create_tenant(tenant, {"adminRoles": [], "allowedClusters": ["a"]})
+        task = _sink(a)
+        try:
+            event = MetadataChangeEvent("Modified", "Tenants", tenant, {"adminRoles": ["ops"], "allowedClusters": ["b"]},
+                                        "b", int(time.time() * 1000))
+            assert _put(task, event) == []
+            info = admin.tenant(tenant)
+            assert info["adminRoles"] == ["ops"] and sorted(info["allowedClusters"]) == ["a", "b"]
+            admin.create_namespace(f"{tenant}/ns", {})  # a still takes namespaces of the tenant
+            admin.delete_namespace(f"{tenant}/ns")
+            # a tenant this cluster did not allow stays so: only what the event names
+            admin.update_tenant(tenant, {"adminRoles": [], "allowedClusters": ["b"]})
+            assert _put(task, MetadataChangeEvent("Modified", "Tenants", tenant, {"adminRoles": [], "allowedClusters": ["b"]},
+                                                  "b", int(time.time() * 1000) + 1)) == []
+            assert admin.tenant(tenant)["allowedClusters"] == ["b"]
+        finally:
+            task.stop()
+            admin.delete_tenant(tenant)
