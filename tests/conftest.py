@@ -80,6 +80,22 @@ def third_kafka(tmp_path_factory):
     broker.stop()
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that sets up Apache Pulsar standalones as session fixtures has its timeout count the
+    test function only (pytest-timeout's ``func_only``, same limit): the first test of an xdist
+    worker to need the pair pays its start (15-36 s, more under load), which a 120-300 s limit
+    meant for the test's own work must not absorb. The start is bounded by itself:
+    ``ApachePulsar.start`` gives up after 240 s naming its log."""
+    apache_pulsar = use_apache_pulsar()
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "apache_pulsar_pair" not in names and not (apache_pulsar and "pulsar_pair" in names):
+            continue
+        marker = item.get_closest_marker("timeout")
+        limit = (marker.args[0] if marker and marker.args else (marker.kwargs.get("timeout") if marker else None))
+        item.add_marker(pytest.mark.timeout(limit or config.getini("timeout") or 600, func_only=True), append=False)
+
+
 @pytest.fixture(scope="session")
 def apache_pulsar_pair(tmp_path_factory):
     """Two independent Apache Pulsar standalone clusters, named ``a`` and ``b``: (source, target).
