@@ -170,18 +170,26 @@ def wait_ready(admin_url: str, service_url: str, alive, timeout: float, what: st
 
 
 def _warm_up(admin_url: str, service_url: str, timeout: float, what: str) -> None:
+    """One message stored, tried again until ``timeout``: right after a restart the admin API may
+    answer while the binary protocol still refuses (ConnectError, "service is not ready")."""
     import pulsar
 
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-                           operation_timeout_seconds=max(int(timeout), 1))
-    try:
-        producer = client.create_producer(WARM_UP_TOPIC, send_timeout_millis=int(timeout * 1000))
-        producer.send(b"ready")
-        producer.close()
-    except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
-        raise RuntimeError(f"{what} did not take a message within {timeout:.0f}s: {exc}") from None
-    finally:
-        client.close()
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(deadline - time.monotonic(), 1.0)
+        client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+                               operation_timeout_seconds=max(int(left), 1))
+        try:
+            producer = client.create_producer(WARM_UP_TOPIC, send_timeout_millis=int(left * 1000))
+            producer.send(b"ready")
+            producer.close()
+            break
+        except Exception as exc:  # noqa: BLE001 - pulsar raises its own exception types
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{what} did not take a message within {timeout:.0f}s: {exc}") from None
+        finally:
+            client.close()
+        time.sleep(0.5)
     admin_request(admin_url, "DELETE", f"{_topic_path(WARM_UP_TOPIC)}?force=true", timeout=timeout)
 
 
