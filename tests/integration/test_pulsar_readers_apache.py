@@ -39,16 +39,19 @@ def test_plain_readers_across_apache_pulsar_restarts_deliver_each_message_once_i
         restarted = threading.Event()
 
         def restart_twice() -> None:
-            for _ in range(2):
-                time.sleep(3)
-                at_stop.append(sum(map(len, seen)))
-                broker.stop()
-                broker.start()
-            restarted.set()
+            try:
+                for k in range(2):  # mid-stream: once the readers have read a fifth, then two fifths more
+                    while sum(map(len, seen)) < n * (1 + 2 * k) // 5 and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    at_stop.append(sum(map(len, seen)))
+                    broker.stop()
+                    broker.start()
+            finally:
+                restarted.set()  # a failed restart ends the reading too (at_stop says so)
 
+        deadline = time.monotonic() + 600
         thread = threading.Thread(target=restart_twice)
         thread.start()
-        deadline = time.monotonic() + 600
         try:
             while time.monotonic() < deadline and not (restarted.is_set() and sum(map(len, seen)) >= n):
                 for p, reader in enumerate(readers):
