@@ -36,7 +36,9 @@ def test_plain_readers_across_apache_pulsar_restarts_deliver_each_message_once_i
                    for p in range(parts)]
         seen: list[list[int]] = [[] for _ in range(parts)]
         at_stop: list[int] = []
-        restarted = threading.Event()
+        restarted, serving = threading.Event(), threading.Event()
+        restarted_ok: list[bool] = []
+        serving.set()
 
         def restart_twice() -> None:
             try:
@@ -44,16 +46,22 @@ def test_plain_readers_across_apache_pulsar_restarts_deliver_each_message_once_i
                     while sum(map(len, seen)) < n * (1 + 2 * k) // 5 and time.monotonic() < deadline:
                         time.sleep(0.05)
                     at_stop.append(sum(map(len, seen)))
+                    serving.clear()
                     broker.stop()
                     broker.start()
+                    serving.set()  # reading on only now: the readers reconnected while it started
+                restarted_ok.append(True)
             finally:
-                restarted.set()  # a failed restart ends the reading too (at_stop says so)
+                serving.set()
+                restarted.set()  # a failed restart ends the reading too (the assertions say so)
 
         deadline = time.monotonic() + 600
         thread = threading.Thread(target=restart_twice)
         thread.start()
         try:
-            while time.monotonic() < deadline and not (restarted.is_set() and sum(map(len, seen)) >= n):
+            while time.monotonic() < deadline and not (restarted.is_set() and (sum(map(len, seen)) >= n or not restarted_ok)):
+                if not serving.wait(0.5):  # paused from the stop until the start returned: still mid-stream
+                    continue
                 for p, reader in enumerate(readers):
                     try:
                         seen[p].append(_index(reader.read_next(20)))
@@ -69,6 +77,7 @@ def test_plain_readers_across_apache_pulsar_restarts_deliver_each_message_once_i
         finally:
             thread.join()
             client.close()
+        assert restarted_ok, "the broker did not start again (see the thread's exception above)"
         assert len(at_stop) == 2 and all(0 < k < n for k in at_stop), f"not mid-stream at the restarts: {at_stop}"
         for p in range(parts):
             assert seen[p] == list(range(p, n, parts)), f"partition {p}: {len(seen[p])} read"
