@@ -214,7 +214,7 @@ class ApacheKafka(_Freezable):
                                             **self._props))
         return config
 
-    def start(self, timeout: float = 90.0) -> ApacheKafka:
+    def start(self, timeout: float = 240.0) -> ApacheKafka:
         from worker.brokers.kafka import cluster_id
 
         started = time.monotonic()
@@ -484,7 +484,7 @@ class ApacheRocketMQ:
         return java_argv(main, heap=heap, processors=processors, home=self.data_dir, direct_memory=direct,
                          logback=self.data_dir / f"{what}.logback.xml")
 
-    def start(self, timeout: float = 120.0) -> ApacheRocketMQ:
+    def start(self, timeout: float = 240.0) -> ApacheRocketMQ:
         started = time.monotonic()
         namesrv_conf, broker_conf = self._files()
         namesrv_heap, broker_heap, direct = self._heaps

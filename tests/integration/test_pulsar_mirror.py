@@ -1,5 +1,5 @@
 """Pulsar <-> Pulsar and Kafka <-> Pulsar through the real driver and Spark partitions, against two
-pulsar-lite brokers (and tansu for Kafka). Everything here goes over the wire."""
+pulsar-lite brokers (and Apache Kafka). Everything here goes over the wire."""
 
 from __future__ import annotations
 

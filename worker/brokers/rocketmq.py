@@ -153,5 +153,8 @@ def java_argv(main: list[str], *, heap: str, processors: int, home: Path, logbac
             "-cp", f"{lib}/*", *main]
 
 
-if __name__ == "__main__":  # `python -m worker.brokers.rocketmq`: fetch now (make test does, before pytest)
+if __name__ == "__main__":  # `python -m worker.brokers.rocketmq`: fetch (and compile the launcher) now, as make test does
+    from worker.brokers.rocketmq_launcher import launcher_classpath
+
     print(classpath(ROCKETMQ)[0].parent)
+    print(launcher_classpath(classpath(ROCKETMQ)[0].parent) or "no javac: a cluster is two JVMs")
