@@ -1,13 +1,14 @@
 """Session-scoped fixtures: real brokers on free loopback ports and one Spark application.
 
-``kafka_pair``, ``third_kafka`` and ``proxied_target`` run tansu, or Apache Kafka with
-``CONNECT_TEST_KAFKA=apache`` (``kafka_brokers.kafka_broker``); ``apache_kafka_pair`` is always
-Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs).
-``rocketmq_pair`` runs the embedded RocketMQ broker, or Apache RocketMQ with
-``CONNECT_TEST_ROCKETMQ=apache`` (``rocketmq_brokers.rocketmq_broker``); ``apache_rocketmq_pair``
-is always Apache RocketMQ (likewise shared with ``rocketmq_pair``).
+``kafka_pair``, ``third_kafka`` and ``proxied_target`` run Apache Kafka, or tansu with
+``CONNECT_TEST_KAFKA=tansu`` (``kafka_brokers.kafka_broker``); ``apache_kafka_pair`` is always
+Apache Kafka (by default it is ``kafka_pair`` itself: one pair of JVMs per pytest-xdist worker).
+``rocketmq_pair`` runs Apache RocketMQ (name server and broker in one JVM per cluster), or the
+embedded broker with ``CONNECT_TEST_ROCKETMQ=embedded`` (``rocketmq_brokers.rocketmq_broker``);
+``apache_rocketmq_pair`` is always Apache RocketMQ (likewise shared with ``rocketmq_pair``).
 Likewise ``pulsar_pair`` runs pulsar-lite, or Apache Pulsar standalone with ``CONNECT_TEST_PULSAR=apache``
-(``pulsar_brokers``); ``apache_pulsar_pair`` is always Apache Pulsar."""
+(``pulsar_brokers``); ``apache_pulsar_pair`` is always Apache Pulsar. Session fixtures start on
+first use, so a worker whose files need no RocketMQ or Apache Pulsar starts none."""
 
 from __future__ import annotations
 

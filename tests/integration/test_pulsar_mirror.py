@@ -2,7 +2,7 @@
 goes over the wire. What depends on Pulsar's own delivery (the 100,000-record order and fields, the
 resume after the last committed message id) runs on Apache Pulsar standalones (``apache_pulsar_pair``);
 the mappings, outages and restarts run on ``pulsar_pair`` (pulsar-lite unless
-``CONNECT_TEST_PULSAR=apache``), tansu for Kafka."""
+``CONNECT_TEST_PULSAR=apache``), Apache Kafka for Kafka."""
 
 from __future__ import annotations
 

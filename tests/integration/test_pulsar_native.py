@@ -1,5 +1,5 @@
 """Kafka -> Pulsar on the batch-native path (``connect.batch``; the Pulsar sink's ``put_native``
-sends from the consumed Kafka messages) over tansu and pulsar-lite: the native path writes what
+sends from the consumed Kafka messages) over Apache Kafka and pulsar-lite: the native path writes what
 the record path writes, a refused message in a native batch names its own record, and messages
 abandoned after the sink's send timeout are reported as their own records, in put order, and
 arrive in order once re-sent."""

@@ -1,5 +1,5 @@
 """RocketMQ source and sink through the real driver and Spark executor, against embedded RocketMQ
-brokers (and tansu / pulsar-lite for the cross-broker routes)."""
+brokers (and Apache Kafka / pulsar-lite for the cross-broker routes)."""
 
 from __future__ import annotations
 

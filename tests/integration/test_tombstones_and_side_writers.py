@@ -1,6 +1,6 @@
 """Every built-in sink writes tombstones (value None) and records without key over the wire, and
 every broker's side writer keeps dead letters at least once (issue 25). Task pairs run here
-without Spark (the runner alone), against tansu, pulsar-lite and the embedded RocketMQ broker."""
+without Spark (the runner alone), against Apache Kafka, pulsar-lite and Apache RocketMQ."""
 
 from __future__ import annotations
 

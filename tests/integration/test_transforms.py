@@ -1,4 +1,4 @@
-"""Transforms and predicates over the wire: real tansu, pulsar-lite and embedded RocketMQ brokers,
+"""Transforms and predicates over the wire: real Apache Kafka, pulsar-lite and Apache RocketMQ brokers,
 real source and sink connectors, run by the authors' test kit (``connect.testkit.run_pair``: the
 real TaskPairRunner in this process, no Spark), then read back by plain consumers.
 """
