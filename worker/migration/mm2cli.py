@@ -30,7 +30,7 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def _load(path: Path, prefix: str) -> ImportResult:
+def _load(path: Path, prefix: str, take_over: bool) -> ImportResult:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -42,7 +42,7 @@ def _load(path: Path, prefix: str) -> ImportResult:
     except UnicodeDecodeError:  # Properties.load(InputStream) reads ISO-8859-1
         text = raw.decode("latin-1")
     try:
-        return import_mm2(read_properties(text), prefix=prefix)
+        return import_mm2(read_properties(text), prefix=prefix, take_over=take_over)
     except PropertiesError as exc:
         raise _fail(f"{path}: {exc}") from None
     except Mm2ImportError as exc:
@@ -76,6 +76,8 @@ def import_(
     out: Path | None = typer.Option(None, "--out", show_default=False,
                                     help="Write one <name>.json per connector into this directory instead."),
     prefix: str = typer.Option("mm2", "--prefix", help="Connector names start with this."),
+    take_over: bool = typer.Option(False, "--take-over", help="Mirrors start where MM2 committed (its "
+                                   "mm2-offsets.<target>.internal): stop MM2 first, nothing is copied twice."),
     state: str | None = typer.Option(None, "--state", show_default=False,
                                      help="With --worker: initial state PAUSED or STOPPED (default RUNNING)."),
     token: str | None = typer.Option(None, "--token", envvar="CONNECT_TOKEN", show_default=False,
@@ -86,7 +88,7 @@ def import_(
         raise _fail("give --worker or --out, not both")
     if state is not None and state.upper() not in ("PAUSED", "STOPPED", "RUNNING"):
         raise _fail(f"--state must be PAUSED, STOPPED or RUNNING, not {state!r}")
-    result = _load(file, prefix)
+    result = _load(file, prefix, take_over)
     _report(result)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -83,7 +83,7 @@ def _seconds_ms(reader: Reader, s: str, t: str, key: str) -> int | None:
 
 
 def _mirror(reader: Reader, clients: _Clients, s: str, t: str, policy: dict[str, str], syncs: str | None,
-            name: str) -> dict[str, Any]:
+            name: str, take_over: bool) -> dict[str, Any]:
     topics, exclude = _topics(reader, s, t, policy)
     config: dict[str, Any] = {
         "source.connector.class": "kafka", "source.bootstrap.servers": bootstrap(reader, s),
@@ -94,6 +94,10 @@ def _mirror(reader: Reader, clients: _Clients, s: str, t: str, policy: dict[str,
         **_overrides("sink.", clients.general(t), clients.get(t, "producer"), "producer.override."),
         **policy, "errors.tolerance": "none",
     }
+    if take_over:  # start where MM2's flow s->t committed (its Connect offsets topic, in t)
+        config["source.mm2.offsets.topic"] = f"mm2-offsets.{t}.internal"
+        config["source.mm2.offsets.client.bootstrap.servers"] = bootstrap(reader, t)
+        config.update({f"source.mm2.offsets.client.{k}": v for k, v in clients.flat(t, "consumer").items()})
     if (refresh := _seconds_ms(reader, s, t, "refresh.topics.interval.seconds")) is not None:
         config["source.refresh.topics.interval.ms"] = str(refresh)
     if (factor := reader.number(s, t, "replication.factor", minimum=-1)) is not None:
@@ -163,7 +167,7 @@ def _metadata(reader: Reader, clients: _Clients, s: str, t: str, policy: dict[st
     return {"name": name, "config": config}
 
 
-def build_flows(reader: Reader, clusters: list[str], result: ImportResult, prefix: str) -> None:
+def build_flows(reader: Reader, clusters: list[str], result: ImportResult, prefix: str, take_over: bool = False) -> None:
     clients = _Clients(reader, result)
     beats: dict[str, int] = {}  # cluster heartbeats go to -> interval ms (the shortest asked)
     beat_factor: dict[str, str] = {}
@@ -186,7 +190,7 @@ def build_flows(reader: Reader, clusters: list[str], result: ImportResult, prefi
             policy = _policy(reader, s, t)
             base = f"{prefix}-{s}-{t}"
             syncs = f"offset-syncs.{s}.internal" if reader.boolean(s, t, "emit.offset-syncs.enabled") else None
-            result.connectors.append(_mirror(reader, clients, s, t, policy, syncs, f"{base}-mirror"))
+            result.connectors.append(_mirror(reader, clients, s, t, policy, syncs, f"{base}-mirror", take_over))
             if reader.boolean(s, t, "emit.checkpoints.enabled") and syncs:
                 result.connectors.append(_checkpoint(reader, clients, s, t, syncs, f"{base}-checkpoint"))
             configs = reader.boolean(s, t, "sync.topic.configs.enabled")

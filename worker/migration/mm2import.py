@@ -29,14 +29,14 @@ from worker.migration.mm2reader import FLOW_KEYS, NOT_CARRIED, ImportResult, Mm2
 __all__ = ["ImportResult", "Mm2ImportError", "import_mm2"]
 
 
-def import_mm2(entries: dict[str, Entry], *, prefix: str = "mm2") -> ImportResult:
+def import_mm2(entries: dict[str, Entry], *, prefix: str = "mm2", take_over: bool = False) -> ImportResult:
     """The connectors for ``entries`` (from :func:`~worker.migration.mm2properties.read_properties`);
     raises :class:`Mm2ImportError` listing every bad key at once."""
     reader = Reader(entries)
     aliases = clusters(reader)
     result = ImportResult()
     if aliases:
-        build_flows(reader, aliases, result, prefix)
+        build_flows(reader, aliases, result, prefix, take_over)
     for key, entry in entries.items():
         scope, _, rest = key.partition("->")
         if rest and "." in rest:
