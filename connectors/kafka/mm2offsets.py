@@ -1,8 +1,9 @@
 """MirrorMaker 2's committed source offsets, so a mirror can take over where MM2 stopped.
 
 MM2 in dedicated mode keeps the progress of flow S -> T in Kafka Connect's offsets topic
-``mm2-offsets.<T>.internal`` in the target cluster (compacted; Connect's JSON converter without
-schemas): key ``["MirrorSourceConnector", {"cluster": S, "partition": p, "topic": t}]``, value
+``mm2-offsets.<S>.internal`` in the target cluster T: named after the *source*
+(``MirrorMakerConfig.workerConfig``, checked by running it), compacted, Connect's JSON converter
+without schemas: key ``["MirrorSourceConnector", {"cluster": S, "partition": p, "topic": t}]``, value
 ``{"offset": n}`` with ``n`` the offset of the last record MM2 copied (MirrorSourceTask resumes at
 ``n + 1``), or null (a tombstone: forgotten). The newest record of a key wins.
 
@@ -31,7 +32,7 @@ _CLIENT = "mm2.offsets.client."
 MM2_TAKEOVER_CONFIG = (
     ConfigDef()
     .define("mm2.offsets.topic", Type.STRING, "", "Take over from MirrorMaker 2: its Connect offsets topic "
-            "(mm2-offsets.<target alias>.internal, in the target cluster). A partition with no committed offset "
+            "(mm2-offsets.<source alias>.internal, in the target cluster). A partition with no committed offset "
             "of this connector starts after the last record MM2 committed as copied. Empty: off.")
     .define("mm2.offsets.alias", Type.STRING, "", "The source cluster's alias in MM2's offsets (their 'cluster'); "
             "default: cluster.alias.")
@@ -57,7 +58,7 @@ def _entry(key: bytes | None, value: bytes | None, alias: str) -> tuple[tuple[st
 def read_mm2_offsets(client: Mapping[str, Any], topic: str, alias: str, timeout_s: float = 60.0
                      ) -> dict[tuple[str, int], int]:
     """``{(topic, partition): next offset}`` of MM2's flow from ``alias``, read from ``topic``
-    (``mm2-offsets.<target>.internal``) with the librdkafka settings ``client``."""
+    (``mm2-offsets.<source>.internal``) with the librdkafka settings ``client``."""
     consumer = Consumer({**client, "group.id": f"connect-mm2-offsets-{alias}", "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:

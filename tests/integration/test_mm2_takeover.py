@@ -2,7 +2,7 @@
 
 Real MM2 (dedicated mode, ``connect-mirror`` from Maven Central) mirrors a topic A -> B between two
 Apache Kafka clusters while a producer keeps writing to A; MM2 is stopped mid-stream; our mirror
-starts with ``mm2.offsets.topic=mm2-offsets.B.internal`` and copies the rest into the same target
+starts with ``mm2.offsets.topic=mm2-offsets.A.internal`` and copies the rest into the same target
 topic (``A.<topic>``, MM2's default names). Counted at the target: every record once at least (0
 missing), and the records there twice are no more than what MM2 had written but not committed as
 copied (its last in-flight batch) - not the thousands it copied before."""
@@ -128,14 +128,14 @@ offset.flush.interval.ms = 1000
     stop.set()
     writer.join(30)
     total = produced[0]
-    committed = read_mm2_offsets({"bootstrap.servers": b.bootstrap}, "mm2-offsets.B.internal", "A")
+    committed = read_mm2_offsets({"bootstrap.servers": b.bootstrap}, "mm2-offsets.A.internal", "A")
     assert set(committed) == {(topic, p) for p in range(PARTS)}, committed
     in_flight = at_stop - sum(committed.values())  # written by MM2, not committed as copied
     assert 0 <= in_flight < at_stop
 
     ours = pair_pipeline(f"{topic}-takeover",
                          {"connector.class": "kafka", "bootstrap.servers": a.bootstrap, "topics": topic,
-                          "cluster.alias": "A", "mm2.offsets.topic": "mm2-offsets.B.internal",
+                          "cluster.alias": "A", "mm2.offsets.topic": "mm2-offsets.A.internal",
                           "mm2.offsets.client.bootstrap.servers": b.bootstrap},
                          {"connector.class": "kafka", "bootstrap.servers": b.bootstrap, "cluster.alias": "B"},
                          **{"replication.policy": "prefix", "epoch.max.ms": "1500"})

@@ -273,9 +273,9 @@ def test_take_over_points_each_mirror_at_mm2s_offsets_in_its_target():
     result = import_mm2(read_properties(DOCS_ACTIVE_ACTIVE), take_over=True)
     got = _by_name(result)
     mirror = got["mm2-us-west-us-east-mirror"]
-    assert mirror["source.mm2.offsets.topic"] == "mm2-offsets.us-east.internal"
+    assert mirror["source.mm2.offsets.topic"] == "mm2-offsets.us-west.internal"  # named after the source, in the target
     assert mirror["source.mm2.offsets.client.bootstrap.servers"] == "broker5-east:9092"
-    assert got["mm2-us-east-us-west-mirror"]["source.mm2.offsets.topic"] == "mm2-offsets.us-west.internal"
+    assert got["mm2-us-east-us-west-mirror"]["source.mm2.offsets.topic"] == "mm2-offsets.us-east.internal"
     _all_valid(result)
 
 

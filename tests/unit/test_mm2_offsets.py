@@ -1,4 +1,4 @@
-"""MM2's Connect offsets records (mm2-offsets.<target>.internal) as the take-over reads them."""
+"""MM2's Connect offsets records (mm2-offsets.<source>.internal) as the take-over reads them."""
 
 from __future__ import annotations
 

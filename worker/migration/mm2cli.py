@@ -77,7 +77,7 @@ def import_(
                                     help="Write one <name>.json per connector into this directory instead."),
     prefix: str = typer.Option("mm2", "--prefix", help="Connector names start with this."),
     take_over: bool = typer.Option(False, "--take-over", help="Mirrors start where MM2 committed (its "
-                                   "mm2-offsets.<target>.internal): stop MM2 first, nothing is copied twice."),
+                                   "mm2-offsets.<source>.internal): stop MM2 first, nothing is copied twice."),
     state: str | None = typer.Option(None, "--state", show_default=False,
                                      help="With --worker: initial state PAUSED or STOPPED (default RUNNING)."),
     token: str | None = typer.Option(None, "--token", envvar="CONNECT_TOKEN", show_default=False,

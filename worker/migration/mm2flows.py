@@ -94,8 +94,8 @@ def _mirror(reader: Reader, clients: _Clients, s: str, t: str, policy: dict[str,
         **_overrides("sink.", clients.general(t), clients.get(t, "producer"), "producer.override."),
         **policy, "errors.tolerance": "none",
     }
-    if take_over:  # start where MM2's flow s->t committed (its Connect offsets topic, in t)
-        config["source.mm2.offsets.topic"] = f"mm2-offsets.{t}.internal"
+    if take_over:  # start where MM2 committed flow s->t: its Connect offsets topic mm2-offsets.<s>.internal, in t
+        config["source.mm2.offsets.topic"] = f"mm2-offsets.{s}.internal"
         config["source.mm2.offsets.client.bootstrap.servers"] = bootstrap(reader, t)
         config.update({f"source.mm2.offsets.client.{k}": v for k, v in clients.flat(t, "consumer").items()})
     if (refresh := _seconds_ms(reader, s, t, "refresh.topics.interval.seconds")) is not None:
