@@ -30,6 +30,10 @@ pytestmark = pytest.mark.timeout(600)
 PARTS = 2
 
 
+def _per_partition(indexes: list[int]) -> dict[int, int]:
+    return {p: sum(1 for i in indexes if i % PARTS == p) for p in range(PARTS)}
+
+
 def _indexes(bootstrap: str, topic: str, quiet_s: float = 3.0) -> list[int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "takeover-check", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTS)])
@@ -124,14 +128,16 @@ offset.flush.interval.ms = 1000
         except subprocess.TimeoutExpired:
             os.killpg(mm2.pid, signal.SIGKILL)
             mm2.wait(10)
-    at_stop = len(_indexes(b.bootstrap, f"A.{topic}"))
+    copied = _per_partition(_indexes(b.bootstrap, f"A.{topic}"))  # what MM2 wrote, per partition
+    at_stop = sum(copied.values())
     stop.set()
     writer.join(30)
     total = produced[0]
     committed = read_mm2_offsets({"bootstrap.servers": b.bootstrap}, "mm2-offsets.A.internal", "A")
-    assert set(committed) == {(topic, p) for p in range(PARTS)}, committed
-    in_flight = at_stop - sum(committed.values())  # written by MM2, not committed as copied
-    assert 0 <= in_flight < at_stop
+    assert committed, "nothing of MM2's progress found"
+    # written by MM2 but not committed as copied (a partition MM2 committed nothing of starts at earliest)
+    in_flight = sum(copied[p] - committed.get((topic, p), 0) for p in range(PARTS))
+    assert 0 <= in_flight < at_stop, (copied, committed)
 
     ours = pair_pipeline(f"{topic}-takeover",
                          {"connector.class": "kafka", "bootstrap.servers": a.bootstrap, "topics": topic,
