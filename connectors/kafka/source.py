@@ -37,6 +37,7 @@ from connect.source.partitioned import (
     source_keys,
 )
 from connectors.kafka.clients import POOL, client_config
+from connectors.kafka.mm2offsets import MM2_TAKEOVER_CONFIG, takeover_offsets
 from connectors.kafka.native import KIND, KafkaCodec
 from connectors.kafka.shared import SHARED
 
@@ -71,6 +72,7 @@ CONFIG = (
     .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
     .define_prefix("consumer.override.", "librdkafka settings for the consumers only.")
     .define_prefix("admin.override.", "librdkafka settings for the admin client only.")
+    .merge(MM2_TAKEOVER_CONFIG)
 )
 
 CONSUMER_DEFAULTS = {
@@ -180,9 +182,12 @@ class KafkaSourceTask(SourceTask):
         self._deferred_error: ConnectError | None = None
         reader = context.offset_storage_reader
         tps, by_time = [], []
+        mm2 = takeover_offsets(config, [tp for tp in assignment if reader.offset(self._sp[tp[0]][tp[1]]) is None])
         for topic, part in assignment:
             committed = reader.offset(self._sp[topic][part])
-            if committed is not None:
+            if committed is None and (topic, part) in mm2:  # where MirrorMaker 2 stopped (mm2.offsets.topic)
+                tps.append(TopicPartition(topic, part, mm2[(topic, part)]))
+            elif committed is not None:
                 tps.append(TopicPartition(topic, part, int(committed["offset"]) + 1))
                 if TIMESTAMP_FLOOR in committed:  # resumed from a persisted timestamp start
                     self._ts_floor[(topic, part)] = int(committed[TIMESTAMP_FLOOR])
