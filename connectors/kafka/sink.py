@@ -42,7 +42,6 @@
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 import time
 from collections import deque
@@ -54,9 +53,10 @@ from confluent_kafka import KafkaError, KafkaException
 from connect.batch import NativeBatch
 from connect.config import ConfigDef
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, DeliveryError, RetriableError, RetriesExhaustedError
+from connect.errors import ConfigIssue, DeliveryError, NotSentError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
+from connect.sink.resend import InOrderReports
 from connect.sink.routing import TopicRouter
 from connectors.kafka.clients import POOL, client_config
 from connectors.kafka.delivery import DeliverySlots
@@ -79,7 +79,6 @@ __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 log = logging.getLogger(__name__)
 
 _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
-_PUT_ORDER = operator.itemgetter(0, 1)  # (put sequence, index in the put) of a held failure
 
 
 class _Put:
@@ -149,7 +148,9 @@ class KafkaSinkTask(SinkTask):
         self._gen = Outstanding()
         self._puts: deque[_Put] = deque()  # puts whose records may lack an outcome, oldest first
         self._seq = 0  # put order
-        self._held: list = []  # transient failures served, reported in put order when the producer is abandoned
+        # transient failures served, held until the producer is abandoned, then reported in put order
+        # ((put sequence, index in the put)); records never handed over are reported not sent
+        self._reports = InOrderReports(context.errant_record_reporter.report)
         # A shared producer's reports come through the task's inbox (connectors.kafka.producers); a
         # delivery timeout purges a producer, so a task with one keeps its own.
         self._shared = PRODUCERS.acquire(self._conf) if cfg["producer.shared"] and not self._timeout else None
@@ -196,7 +197,7 @@ class KafkaSinkTask(SinkTask):
             if self._broken is None:
                 state = "fatal producer state" if err.fatal() or err.code() in BROKEN_PRODUCER else "transient failure"
                 self._broken = f"not confirmed: the producer was abandoned after a {state} ({err.name()} on {where})"
-        self._held.append((put.seq, i, record, RetriableError(text), put))
+        self._reports.hold((put.seq, i), record, RetriableError(text), put)
         return True
 
     # -- topics ---------------------------------------------------------------------------
@@ -217,7 +218,7 @@ class KafkaSinkTask(SinkTask):
             if lock is not None:
                 lock.release()
             why = self._abandon()
-            self._report_transient(records, RetriableError(f"not sent: earlier records are re-sent first ({why})"))
+            self._reports.not_sent(records, f"not sent: earlier records are re-sent first ({why})")
             return
         produce = self._producer.produce
         wrap = self._wrap
@@ -279,17 +280,12 @@ class KafkaSinkTask(SinkTask):
             self._abandon()
 
     def _fail_rest(self, rest: Sequence[ConnectRecord], error: RetriableError) -> None:
-        """Records that could not be handed to the producer: reported transient, in order, after
-        every earlier record still without an outcome (the producer is abandoned for them, else
-        one of those failing later would be re-sent behind these)."""
+        """Records that could not be handed to the producer: reported not sent (the runner re-sends
+        them once every earlier record has an outcome, behind those that fail), after the failures
+        of an abandoned producer."""
         if self._must_abandon():
             self._abandon()
-        elif self._shared is not None:
-            pass  # no delivery timeout: the earlier records are delivered before these are re-sent, in order
-        elif self._held or self._oldest() is not None:
-            self._abandon(f"not confirmed: the producer was abandoned as later records could not be handed to it "
-                          f"({error})")
-        self._report_transient(rest, error)
+        self._reports.not_sent(rest, str(error), backpressure=getattr(error, "backpressure", False))
 
     def _produce_refused(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, put: _Put, i: int,
                          total: int) -> bool:
@@ -300,8 +296,8 @@ class KafkaSinkTask(SinkTask):
         if not isinstance(exc, BufferError):
             return self._produce_odd(topic, r, part, headers, exc, put, i)
         if not self._produce_when_room(topic, r, part, headers, put, i):
-            raise RetriableError(f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
-                                 f"{total - i} record(s) not sent yet")
+            raise NotSentError(f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                               f"{total - i} record(s) not sent yet", backpressure=True)
         return True
 
     def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, put: _Put, i: int
@@ -359,12 +355,6 @@ class KafkaSinkTask(SinkTask):
                 if left <= 0:
                     return False
 
-    def _report_transient(self, records: Sequence[ConnectRecord], error: RetriableError) -> None:
-        """Records not handed to the producer: the runner re-sends them, in order."""
-        report = self.context.errant_record_reporter.report
-        for r in records:
-            report(r, error)
-
     def _warn_fewer_partitions(self, topic: str, count: int) -> None:
         if topic not in self._warned_small:
             self._warned_small.add(topic)
@@ -392,8 +382,7 @@ class KafkaSinkTask(SinkTask):
             if lock is not None:
                 lock.release()
             why = self._abandon()
-            self._report_transient(batch.records(), RetriableError(f"not sent: earlier records are re-sent first "
-                                                                   f"({why})"))
+            self._reports.not_sent(batch.records(), f"not sent: earlier records are re-sent first ({why})")
             return
         produce = self._producer.produce
         slots = self._slots or self._new_slots()
@@ -585,7 +574,7 @@ class KafkaSinkTask(SinkTask):
         transient failures count as one), at most ``seconds``, or (``until_abandon``) until the
         producer must be abandoned; True when every record has one."""
         deadline = time.monotonic() + seconds
-        while self._unsettled() > len(self._held):
+        while self._unsettled() > len(self._reports):
             left = deadline - time.monotonic()
             if left <= 0 or (until_abandon and self._must_abandon()):
                 return False
@@ -645,11 +634,7 @@ class KafkaSinkTask(SinkTask):
     def _report_held(self, why: str, left: int) -> None:
         """After an abandonment: every held or purged record reported transient, in put order."""
         self._broken = None
-        held, self._held = self._held, []
-        held.sort(key=_PUT_ORDER)
-        report = self.context.errant_record_reporter.report
-        for _seq, _i, record, error, put in held:
-            report(record, error)
+        for put in self._reports.report_held():
             put.left -= 1
             put.gen.left -= 1
         if left != 0:
@@ -674,7 +659,7 @@ class KafkaSinkTask(SinkTask):
             self._settle(10)
         finally:
             self._purging = None
-        self._report_held(why, self._unsettled() - len(self._held))
+        self._report_held(why, self._unsettled() - len(self._reports))
         fresh = PRODUCERS.acquire(self._conf)
         self._shared, self._producer = fresh, fresh.producer
         PRODUCERS.release(shared)
