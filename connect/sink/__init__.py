@@ -76,15 +76,15 @@ class QueuedOutcomes:
     context: SinkTaskContext
 
     def _init_outcomes(self) -> None:
-        self._queue = OutcomeQueue()
-        self._outcomes = self._queue.items  # the callbacks' ``put``, inlined where it is hot
-        self._arrived = self._queue.arrived
+        self._outcome_queue = OutcomeQueue()
+        self._outcomes = self._outcome_queue.items  # the callbacks' ``put``, inlined where it is hot
+        self._arrived = self._outcome_queue.arrived
         self._gen = Outstanding()
         self._pending = 0  # records sent whose outcome was not served yet
         self._reports = InOrderReports(self.context.errant_record_reporter.report)
 
     def _arrive(self, item: Any) -> None:
-        self._queue.put(item)
+        self._outcome_queue.put(item)
 
     def _serve(self) -> int:
         raise NotImplementedError
@@ -96,7 +96,7 @@ class QueuedOutcomes:
     def wait_outcomes(self, timeout: float) -> None:
         if self._serve() or timeout <= 0:
             return
-        self._queue.wait(timeout)
+        self._outcome_queue.wait(timeout)
         self._serve()
 
     def _wait_for_room(self, most: int) -> bool:

@@ -182,14 +182,14 @@ class QueuedSideWriter(AsyncSideWriter):
 
     def __init__(self, topic: str, max_pending: int) -> None:
         super().__init__(topic, max_pending)
-        self._queue = OutcomeQueue()
+        self._outcome_queue = OutcomeQueue()
 
     def _arrive(self, record: ConnectRecord, error: BaseException | None) -> None:
-        self._queue.put((record, error))
+        self._outcome_queue.put((record, error))
 
     def _serve(self, timeout: float) -> None:
-        self._queue.wait(timeout)
-        self._queue.drain(self._settle_item)
+        self._outcome_queue.wait(timeout)
+        self._outcome_queue.drain(self._settle_item)
 
     def _settle_item(self, item: tuple) -> None:
         self._settled(*item)
