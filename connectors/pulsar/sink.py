@@ -54,8 +54,6 @@ from collections import deque
 from itertools import repeat
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from confluent_kafka import Message
-
 from connect.batch import NativeBatch
 from connect.config import ConfigDef
 from connect.connector import SinkConnector
@@ -75,11 +73,8 @@ __all__ = ["PulsarSinkConnector", "PulsarSinkTask"]
 
 log = logging.getLogger(__name__)
 
-# What ``_send`` reads of a record, and of a consumed Kafka message (at C speed over a batch).
+# What ``_send`` reads of a record (a native batch's messages are read with its codec's getters).
 _RECORD_FIELDS = operator.attrgetter("topic", "partition", "value_schema", "key", "headers", "value", "timestamp")
-_TOPIC, _PARTITION, _KEY, _HEADERS, _VALUE, _TIMESTAMP = (
-    Message.topic, Message.partition, Message.key, Message.headers, Message.value, Message.timestamp)
-_TIME = operator.itemgetter(1)  # Message.timestamp() is (type, milliseconds)
 
 class PulsarSinkConnector(SinkConnector):
     @classmethod
@@ -255,15 +250,11 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
     def put_native(self, batch: NativeBatch) -> None:
         """``put`` for a batch of consumed Kafka messages: the same fields as ``put`` takes from a
         record (topic or a stage's overlay, partition, key, headers or a stage's overlay, value,
-        timestamp), read from the messages at C speed; a record is built only for a message that
-        fails, is refused or is not sent."""
-        items = batch.items
-        topics = batch.topics if batch.topics is not None else \
-            repeat(batch.topic) if batch.topic is not None else map(_TOPIC, items)
-        headers = batch.headers if batch.headers is not None else map(_HEADERS, items)
-        fields = zip(topics, map(_PARTITION, items), repeat(None), map(_KEY, items), headers, map(_VALUE, items),
-                     map(_TIME, map(_TIMESTAMP, items)))
-        self._send(fields, batch.record, batch.records, len(items))
+        timestamp), read with the batch's getters (``NativeBatch.columns``) at the client's C
+        speed; a record is built only for a message that fails, is refused or is not sent."""
+        topics, partitions, keys, headers, values, timestamps = batch.columns()
+        fields = zip(topics, partitions, repeat(None), keys, headers, values, timestamps)
+        self._send(fields, batch.record, batch.records, len(batch.items))
 
     def _send(self, fields: Iterator[tuple], record_at: Callable[[int], ConnectRecord],
               rest: Callable[[int], Sequence[ConnectRecord]], count: int) -> None:
