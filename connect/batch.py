@@ -127,7 +127,7 @@ class NativeBatch:
         the overlays applied: one iterator per field, read with the codec's getters."""
         items, codec = self.items, self.codec
         topics = self.topics if self.topics is not None else \
-            repeat(self.topic) if self.topic is not None else map(codec.topic_getter, items)
+            repeat(self.topic, len(items)) if self.topic is not None else map(codec.topic_getter, items)
         headers = self.headers if self.headers is not None else map(codec.header_getter, items)
         return (iter(topics), map(codec.partition_getter, items), map(codec.key_getter, items), iter(headers),
                 map(codec.value_getter, items), codec.timestamps(items))
