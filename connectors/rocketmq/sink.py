@@ -444,8 +444,10 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             self._pending -= n
             gen.left -= n
             settled += n
-            self._reports.not_sent(records, f"{n} record(s) not sent to {lane.target.topic}: an earlier send to "
-                                   f"the queue failed ({fail}); re-sent behind it")
+            # transient, not NotSentError: they go out right behind the failed batch of their queue
+            self._reports.transient(records, RetriableError(
+                f"{n} record(s) not sent to {lane.target.topic}: an earlier send to the queue failed ({fail}); "
+                "re-sent behind it"))
         return settled
 
     def flush(self, offsets) -> bool:
