@@ -198,6 +198,7 @@ class ApacheKafka(_Freezable):
         self.data_dir = Path(data_dir)
         self._props = {"authorizer": authorizer, "extra": dict(extra or {})}
         self._formatted = False
+        self.cluster_id: str | None = None  # the id its storage is formatted with (reported in metadata)
         self.proc: subprocess.Popen | None = None
 
     def _java(self, main: list[str], heap: str) -> list[str]:
@@ -224,7 +225,8 @@ class ApacheKafka(_Freezable):
         config = self._configure()
         if not self._formatted:
             out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-            argv = self._java(["kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config),
+            self.cluster_id = self.cluster_id or cluster_id()
+            argv = self._java(["kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config),
                                "--ignore-formatted"], "128m")
             done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
             if done.returncode != 0:

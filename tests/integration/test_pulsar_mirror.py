@@ -247,7 +247,7 @@ def test_a_record_pulsar_refuses_goes_to_the_dead_letter_topic_and_is_counted(ka
     ksrc, _ = kafka_pair
     _, dst = pulsar_pair
     name = f"poison-{unique.rsplit('-', 1)[1]}"
-    kafka_create_topic(ksrc.bootstrap, name, 1)
+    kafka_create_topic(ksrc.bootstrap, name, 1, {"max.message.bytes": "10000000"})  # Apache Kafka's default is 1 MB
     p = Producer({"bootstrap.servers": ksrc.bootstrap, "message.max.bytes": 10_000_000})
     for i in range(10):
         p.produce(name, (b"x" * 5_400_000) if i == 4 else f"small-{i}".encode(), key=str(i).encode(), partition=0)
