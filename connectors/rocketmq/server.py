@@ -30,11 +30,12 @@ them are rate-limited, so a flood of bad connections cannot flood the log either
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
 import struct
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import attrs
 
@@ -113,6 +114,7 @@ class Connection:
         self.held = 0  # bytes of a partial frame, charged to the broker-wide budget
         now = time.monotonic()
         self.frame_since: float | None = None  # when the partial frame held began
+        self.busy_since: float | None = None  # the broker stopped reading for its own reasons (not the peer's time)
         self.last_rx = now
         self.out_ok_since = now  # last time the unsent answers were at most out_high_bytes
         self.tasks: set[asyncio.Task] = set()
@@ -123,6 +125,22 @@ class Connection:
     @property
     def pending(self) -> int:
         return len(self.tasks)
+
+    @contextlib.contextmanager
+    def not_reading(self) -> Iterator[None]:
+        """While the broker works through what it read (and waits for the peer to read answers), the
+        peer's clocks stop: ``frame_timeout`` bounds
+        the peer's time to complete a frame and idleness its silence, not the broker's own time.
+        Unread answers keep their own bound (``idle_timeout`` on ``out_ok_since``)."""
+        self.busy_since = time.monotonic()
+        try:
+            yield
+        finally:
+            now = time.monotonic()
+            if self.frame_since is not None:
+                self.frame_since += now - self.busy_since
+            self.last_rx = max(self.last_rx, now)  # idle is the peer's silence while the broker reads
+            self.busy_since = None
 
     def unsent(self) -> int:
         return self.transport.get_write_buffer_size()
@@ -249,7 +267,9 @@ class ConnectionServer:
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         while not conn.closed:
             if conn.held and self.over_budget:
-                await self.next_tick()  # a partial frame grows only when the budget has room
+                # a partial frame grows only when the budget has room; its clock runs on: frames held
+                # incomplete are what spends the budget, and the frame timeout is what frees it
+                await self.next_tick()
                 continue
             data = await reader.read(_CHUNK)
             if not data:
@@ -262,14 +282,15 @@ class ConnectionServer:
                 return
             finally:
                 self._charge(conn, data)
-            for cmd in commands:
-                if cmd.is_response:
-                    continue  # answers to the broker's NOTIFY_CONSUMER_IDS_CHANGED: nothing to do
-                await conn.writable()
-                await conn.wait_slot()
-                if conn.closed:
-                    return
-                self.dispatch(conn, cmd)
+            with conn.not_reading():  # the commands of one read can take the broker seconds on a loaded host
+                for cmd in commands:
+                    if cmd.is_response:
+                        continue  # answers to the broker's NOTIFY_CONSUMER_IDS_CHANGED: nothing to do
+                    await conn.writable()
+                    await conn.wait_slot()
+                    if conn.closed:
+                        return
+                    self.dispatch(conn, cmd)
 
     def _charge(self, conn: Connection, data: bytes) -> None:
         held = conn.decoder.buffered
@@ -307,12 +328,13 @@ class ConnectionServer:
                 unsent = conn.unsent()
                 if unsent <= limits.out_high_bytes:
                     conn.out_ok_since = now
-                if conn.frame_since is not None and now - conn.frame_since > limits.frame_timeout:
+                if (conn.frame_since is not None and conn.busy_since is None
+                        and now - conn.frame_since > limits.frame_timeout):
                     conn.close(f"a frame begun {now - conn.frame_since:.1f}s ago is still not complete "
                                f"({conn.held} bytes so far; frame_timeout {limits.frame_timeout:g}s)")
                 elif now - conn.out_ok_since > limits.idle_timeout:
                     conn.close(f"{unsent} bytes of answers not read for {limits.idle_timeout:g}s")
-                elif not conn.pending and now - conn.last_rx > limits.idle_timeout:
+                elif conn.busy_since is None and not conn.pending and now - conn.last_rx > limits.idle_timeout:
                     conn.close(f"idle for {limits.idle_timeout:g}s")
                 else:
                     out += unsent
