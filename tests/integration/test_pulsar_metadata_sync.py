@@ -24,12 +24,13 @@ import threading
 import time
 from contextlib import contextmanager
 
+import orjson
 import pytest
 from pipeline_util import make_driver, pair_pipeline
 from pulsar_brokers import register
 
 from connect.plugins import register_plugin
-from connectors.pulsar.metadata import PulsarAdmin, stamp_of
+from connectors.pulsar.metadata import PENDING, PulsarAdmin, stamp_of
 from worker.embedded import ApachePulsar
 
 pytestmark = pytest.mark.timeout(900)
@@ -156,6 +157,23 @@ def wait_for(check, timeout: float, what: str, drivers=()):
         time.sleep(0.5)
 
 
+def settled(name: str, *brokers: ApachePulsar):
+    """(retention, stamp) when every broker's namespace holds the same pair, read in one snapshot per
+    broker, with no half-applied event (``lastUpdatedPending``), and the same a second later; else
+    None. An applier writes fields and stamp with separate requests, so single reads can mix them."""
+    def once():
+        snaps = [ns(x, name) for x in brokers]
+        pairs = {orjson.dumps([p.get("retention_policies"), stamp_of(p)]) for p in snaps}
+        pending = any(PENDING in (p.get("properties") or {}) for p in snaps)
+        return None if len(pairs) != 1 or pending else orjson.loads(pairs.pop())
+
+    first = once()
+    if first is None or first[1] is None:
+        return None
+    time.sleep(1.0)
+    return (first[0], tuple(first[1])) if once() == first else None
+
+
 def ns(broker: ApachePulsar, name: str) -> dict:
     """The namespace's Policies as the real admin API answers them ({} when it is not there)."""
     with PulsarAdmin(broker.admin_url) as admin:
@@ -217,9 +235,8 @@ def test_pulsar_metadata_sync_converges_over_the_wire(clusters, spark, tmp_path,
             admin_b.set_retention(orders, retention(120, 200))
         runner.resume()
         values = {"a": retention(60, 100), "b": retention(120, 200)}
-        wait_for(lambda: ns(a, orders).get("retention_policies") == ns(b, orders).get("retention_policies")
-                 and stamp_of(ns(a, orders)) == stamp_of(ns(b, orders)), 60, "one value everywhere", [driver])
-        when, winner = stamp_of(ns(a, orders))
+        value, (when, winner) = wait_for(lambda: settled(orders, a, b), 60, "one value everywhere", [driver])
+        assert value == values[winner], (value, winner)
         loser = "b" if winner == "a" else "a"
         assert ns(a, orders)["retention_policies"] == values[winner]
         wait_for(lambda: sink_metrics(driver, f"{unique}-apply-{winner}").get("metadata.stale", 0) >= 1, 30,

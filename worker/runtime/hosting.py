@@ -242,7 +242,9 @@ class HostPool:
                 host.running.clear()
             self._cond.notify_all()
         if self._server is not None:  # once the waiting hosts were told to end
-            threading.Timer(2 * _LONG_POLL_S, self._server.close).start()
+            closer = threading.Timer(2 * _LONG_POLL_S, self._server.close)
+            closer.daemon = True  # a stopping worker exits without waiting for it (SIGTERM took 2 s longer)
+            closer.start()
 
     def hosts(self) -> list[dict[str, Any]]:
         """What each live host runs (for status and metrics)."""
