@@ -36,6 +36,7 @@ from connect.transforms.topics import unknown_note
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.replication.topology import with_topologies
 from worker.runtime.control import ControlServer
+from worker.runtime.gapledger import acknowledge_writes, ledger_writes
 from worker.runtime.partition import TaskPairSpec
 from worker.stores.store import OffsetStore
 from worker.telemetry.lag import CommittedLag
@@ -259,15 +260,29 @@ class PipelineRuntime:
         offsets: dict[str, dict[str, Any]] = {}
         for result in accepted:
             offsets.update(result.offsets)
-        if offsets:
-            self._store.commit(self.name, offsets)
-            with self._offsets_lock:
+        with self._offsets_lock:  # gaps found are written with the offsets (worker.runtime.gapledger)
+            offsets.update(ledger_writes(self.offsets, ((r.gaps, r.offsets) for r in accepted if r.gaps), self.name))
+            if offsets:
+                self._store.commit(self.name, offsets)
                 self.offsets.update(offsets)
         if accepted:
             self.measure_lag()
         for result in accepted:
             self._record(result)
         return accepted
+
+    def acknowledge_gaps(self, by: str) -> int:
+        """Mark the open source gaps acknowledged; those the pairs stopped at resume after them."""
+        with self._offsets_lock:
+            writes, count = acknowledge_writes(self.offsets, by, time.time())
+            if writes:
+                self._store.commit(self.name, writes)
+                self.offsets.update(writes)
+        return count
+
+    def stored_offsets(self) -> dict[str, Any]:
+        with self._offsets_lock:
+            return dict(self.offsets)
 
     def measure_lag(self) -> None:
         """Lag against the committed offsets (``worker.telemetry.lag``), at most once a second."""
