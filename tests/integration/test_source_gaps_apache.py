@@ -159,3 +159,87 @@ def _try_create(bootstrap: str, topic: str) -> bool:
         return True
     except Exception:  # noqa: BLE001 - the deletion may still be under way
         return False
+
+
+def _poll_until(task, want: int, timeout: float = 60.0) -> list:
+    out, deadline = [], time.monotonic() + timeout
+    while len(out) < want and time.monotonic() < deadline:
+        out.extend(task.poll() or [])
+    return out
+
+
+@pytest.mark.parametrize("shared", ["true", "false"])
+def test_a_position_that_falls_out_of_the_log_while_reading_is_a_gap_not_a_jump(apache_kafka_pair, unique, shared):
+    """The running path: the consumer's position is removed under it (auto.offset.reset=error), as
+    retention does to a pair that fell behind: under report it reads on after the gap and counts it."""
+    from connect.records import partition_key
+    from connect.source import OffsetStorageReader, SourceTaskContext
+    from connectors.kafka.source import KafkaSourceTask
+
+    a, _ = apache_kafka_pair
+    topic = f"gaprun-{unique}-{shared}"
+    create_topic(a.bootstrap, topic, 1)
+    produce(a.bootstrap, topic, 300, 1)
+    sp = {"topic": topic, "partition": 0}
+    config = {"bootstrap.servers": a.bootstrap, "topics": topic, "task.assignment": f"{topic}:0",
+              "source.gap.policy": "report", "consumer.shared": shared, "poll.batch.size": "10",
+              "consumer.override.fetch.max.bytes": "1024", "consumer.override.max.partition.fetch.bytes": "1024",
+              "consumer.override.queued.max.messages.kbytes": "1"}
+    task = KafkaSourceTask()
+    task.start(config, SourceTaskContext("gaps-0", config, OffsetStorageReader({partition_key(sp): {"offset": 9}})))
+    try:
+        first = _poll_until(task, 10)
+        assert [r.source_offset["offset"] for r in first[:10]] == list(range(10, 20))
+        _delete_records_before(a.bootstrap, topic, 200)
+        rest = []
+        deadline = time.monotonic() + 60
+        while (not rest or rest[-1].source_offset["offset"] < 299) and time.monotonic() < deadline:
+            rest.extend(task.poll() or [])
+        offsets = [r.source_offset["offset"] for r in first + rest]
+        gaps = task.take_gaps()
+        assert len(gaps) == 1 and gaps[0].first == max(o for o in offsets if o < 200) + 1 and gaps[0].last == 199
+        # every record produced is either copied or counted, none twice
+        assert sorted(set(offsets)) == offsets and len(offsets) + gaps[0].records == 290
+        assert offsets[-1] == 299
+    finally:
+        task.stop()
+
+
+def test_retention_removing_records_of_a_stopped_pair_is_counted_to_the_record(worker_factory, tmp_path, unique):
+    """A topic with a small retention.ms whose segments roll: the pair stopped past retention resumes
+    and counts what retention removed, checked against what was produced."""
+    from worker.embedded import ApacheKafka
+
+    broker = ApacheKafka(log_path=tmp_path / "retention.log", extra={
+        "log.retention.check.interval.ms": "500", "log.segment.delete.delay.ms": "0"}).start()
+    try:
+        topic, name = f"gapt-{unique}", f"{unique}-gapt"
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        from confluent_kafka.admin import NewTopic
+
+        for future in admin.create_topics([NewTopic(topic, 1, 1, config={
+                "retention.ms": "1000", "segment.ms": "200"})]).values():
+            future.result()
+        produce(broker.bootstrap, topic, 100, 1)  # timestamps of 2023: past retention once their segment rolls
+        c = _start(worker_factory, broker, broker, name, topic, "report")
+        _copied_then_stopped(c, name, 100)
+        for start in range(100, 400, 50):  # a segment rolled at each batch (segment.ms 200)
+            time.sleep(0.3)
+            produce(broker.bootstrap, topic, 50, 1, start=start)
+        low = wait_for(lambda: (w := _low(admin, topic)) > 100 and w, 60, "retention to delete segments")
+        assert c.put(f"/connectors/{name}/resume").status_code == 202
+        wait_for(lambda: (_status(c, name)["connector"].get("gaps") or {}).get("records"), 120, "the gap recorded")
+        gap = _status(c, name)["connector"]["gaps"]["list"][0]
+        assert gap["first"] == 100 and gap["records"] >= low - 100  # retention may go on until the pair resumes
+        copied = _values(broker.bootstrap, f"{topic}-copy", 400 - gap["records"])
+        assert len(copied) + gap["records"] == 400
+        assert copied == [f"value-{i}" for i in [*range(100), *range(gap["last"] + 1, 400)]]
+    finally:
+        broker.stop()
+
+
+def _low(admin: AdminClient, topic: str) -> int:
+    from confluent_kafka.admin import OffsetSpec
+
+    tp = TopicPartition(topic, 0)
+    return admin.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=10)[tp].result().offset
