@@ -402,6 +402,13 @@ class RocketMQSourceTask(SourceTask):
             q.next = max(q.next, result.next_begin_offset)
             return
         keep = q.filter
+        if keep is None and result.messages and result.messages[0].queue_offset > q.next:
+            # no tag filter, so nothing was filtered out: the messages before the first one found were
+            # removed from the commit log while the pull read (MESSAGE_WAS_REMOVING entries are skipped)
+            self._gap(q, q.next, result.messages[0].queue_offset)
+            if self._gap_error is not None:
+                q.retry_at = float("inf")
+                return
         sp, topic, hint = q.sp, q.topic, q.queue
         record = make_record
         append = out.append

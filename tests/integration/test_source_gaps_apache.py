@@ -184,7 +184,7 @@ def test_a_position_that_falls_out_of_the_log_while_reading_is_a_gap_not_a_jump(
     config = {"bootstrap.servers": a.bootstrap, "topics": topic, "task.assignment": f"{topic}:0",
               "source.gap.policy": "report", "consumer.shared": shared, "poll.batch.size": "10",
               "consumer.override.max.partition.fetch.bytes": "1024",
-              "consumer.override.queued.max.messages.kbytes": "1"}
+              "consumer.override.queued.max.messages.kbytes": "1", "consumer.override.queued.min.messages": "1"}
     task = KafkaSourceTask()
     task.start(config, SourceTaskContext("gaps-0", config, OffsetStorageReader({partition_key(sp): {"offset": 9}})))
     try:
