@@ -266,12 +266,12 @@ class KafkaSourceTask(SourceTask):
         if self._deferred_error is not None:
             return
         _, _, resume_at = positions[0]
-        tp = TopicPartition(topic, part, resume_at)
+        # librdkafka refuses to seek a partition its reset stopped ("erroneous state"): assign it anew
+        consumer = self._shared.locked if self._sub is not None else self._consumer
+        consumer.incremental_unassign([TopicPartition(topic, part)])
+        consumer.incremental_assign([TopicPartition(topic, part, resume_at)])
         if self._sub is not None:
-            self._shared.locked.seek(tp)
             self._sub.positions[(topic, part)] = resume_at
-        else:
-            self._consumer.seek(tp)
 
     def _offsets_for_times(self, tps: list[TopicPartition], ts: int) -> list[TopicPartition]:
         try:
