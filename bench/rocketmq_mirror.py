@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_util import timed_epoch  # noqa: E402
 
-from connectors.rocketmq.client import SyncRocketMQClient  # noqa: E402
 from connectors.rocketmq.mapping import message_properties, record_fields  # noqa: E402
+from connectors.rocketmq.sync_client import SyncRocketMQClient  # noqa: E402
 from worker.embedded import EmbeddedRocketMQ  # noqa: E402
 from worker.runtime.spark import build_spark  # noqa: E402
 

@@ -1,11 +1,14 @@
 """Session-scoped fixtures: real brokers on free loopback ports and one Spark application.
 
-``kafka_pair``, ``third_kafka`` and ``proxied_target`` run tansu, or Apache Kafka with
-``CONNECT_TEST_KAFKA=apache`` (``kafka_brokers.kafka_broker``); ``apache_kafka_pair`` is always
-Apache Kafka (with ``CONNECT_TEST_KAFKA=apache`` it is ``kafka_pair`` itself: one pair of JVMs).
-``rocketmq_pair`` runs the embedded RocketMQ broker, or Apache RocketMQ with
-``CONNECT_TEST_ROCKETMQ=apache`` (``rocketmq_brokers.rocketmq_broker``); ``apache_rocketmq_pair``
-is always Apache RocketMQ (likewise shared with ``rocketmq_pair``)."""
+``kafka_pair``, ``third_kafka`` and ``proxied_target`` run Apache Kafka, or tansu with
+``CONNECT_TEST_KAFKA=tansu`` (``kafka_brokers.kafka_broker``); ``apache_kafka_pair`` is always
+Apache Kafka (by default it is ``kafka_pair`` itself: one pair of JVMs per pytest-xdist worker).
+``rocketmq_pair`` runs Apache RocketMQ (name server and broker in one JVM per cluster), or the
+embedded broker with ``CONNECT_TEST_ROCKETMQ=embedded`` (``rocketmq_brokers.rocketmq_broker``);
+``apache_rocketmq_pair`` is always Apache RocketMQ (likewise shared with ``rocketmq_pair``).
+Likewise ``pulsar_pair`` runs pulsar-lite, or Apache Pulsar standalone with ``CONNECT_TEST_PULSAR=apache``
+(``pulsar_brokers``); ``apache_pulsar_pair`` is always Apache Pulsar. Session fixtures start on
+first use, so a worker whose files need no RocketMQ or Apache Pulsar starts none."""
 
 from __future__ import annotations
 
@@ -19,10 +22,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from kafka_brokers import kafka_broker, start_all, use_apache_kafka  # noqa: E402
+from pulsar_brokers import use_apache_pulsar  # noqa: E402
 from rocketmq_brokers import stop_all, use_apache_rocketmq  # noqa: E402
 
 from connect.plugins import register_plugin  # noqa: E402
-from worker.embedded import ApacheKafka, ApacheRocketMQ, EmbeddedPulsar, EmbeddedRocketMQ  # noqa: E402
+from worker.embedded import (  # noqa: E402
+    ApacheKafka,
+    ApachePulsar,
+    ApacheRocketMQ,
+    EmbeddedPulsar,
+    EmbeddedRocketMQ,
+)
 
 # The in-memory test connectors are not production plugins (no entry point); tests use aliases.
 register_plugin("memory-source", "connect.testing:MemorySourceConnector")
@@ -71,10 +81,41 @@ def third_kafka(tmp_path_factory):
     broker.stop()
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that sets up Apache Pulsar standalones as session fixtures has its timeout count the
+    test function only (pytest-timeout's ``func_only``, same limit): the first test of an xdist
+    worker to need the pair pays its start (15-36 s, more under load), which a 120-300 s limit
+    meant for the test's own work must not absorb. The start is bounded by itself:
+    ``ApachePulsar.start`` gives up after 240 s naming its log."""
+    apache_pulsar = use_apache_pulsar()
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "apache_pulsar_pair" not in names and not (apache_pulsar and "pulsar_pair" in names):
+            continue
+        marker = item.get_closest_marker("timeout")
+        limit = (marker.args[0] if marker and marker.args else (marker.kwargs.get("timeout") if marker else None))
+        item.add_marker(pytest.mark.timeout(limit or config.getini("timeout") or 600, func_only=True), append=False)
+
+
 @pytest.fixture(scope="session")
-def pulsar_pair(tmp_path_factory):
-    """Two independent pulsar-lite clusters: (source, target). Topics are not partitioned unless
-    made so with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""
+def apache_pulsar_pair(tmp_path_factory):
+    """Two independent Apache Pulsar standalone clusters, named ``a`` and ``b``: (source, target).
+    Each knows only itself: tests that replicate register the other (``clusters``)."""
+    root = tmp_path_factory.mktemp("apache-pulsar")
+    a, b = start_all([ApachePulsar(root / "a", log_path=root / "a.log", cluster="a"),
+                      ApachePulsar(root / "b", log_path=root / "b.log", cluster="b")])
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def pulsar_pair(request, tmp_path_factory):
+    """Two independent Pulsar clusters: (source, target). Topics are not partitioned unless made so
+    with ``create_partitioned_topics`` (see worker.embedded.EmbeddedPulsar)."""
+    if use_apache_pulsar():
+        yield request.getfixturevalue("apache_pulsar_pair")
+        return
     root = tmp_path_factory.mktemp("pulsar")
     a = EmbeddedPulsar(root / "a", log_path=root / "a.log").start()
     b = EmbeddedPulsar(root / "b", log_path=root / "b.log").start()
@@ -136,9 +177,11 @@ def proxied_target(tmp_path_factory):
 @pytest.fixture
 def unique(request):
     """A topic/connector name unique to the test, of the characters Kafka allows in topic names
-    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not)."""
+    (a parametrized test's id may hold others: Apache Kafka refuses them, tansu did not), without
+    ``-partition-`` (Apache Pulsar refuses it in a partitioned topic's name, pulsar-lite did not)."""
     name = re.sub(r"[^A-Za-z0-9.-]", "-", request.node.name.replace("[", "-").replace("]", ""))
-    return f"{name}-{os.getpid()}"
+    # Apache Pulsar refuses a partitioned topic whose name holds "-partition-" (a partition's suffix)
+    return f"{name.replace('-partition-', '-part-')}-{os.getpid()}"
 
 
 @pytest.fixture

@@ -10,7 +10,27 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
 def client(broker) -> pulsar.Client:
-    return pulsar.Client(broker.service_url, logger=QUIET, operation_timeout_seconds=10)
+    return pulsar.Client(broker.service_url, logger=QUIET, operation_timeout_seconds=30)
+
+
+def wait_serving(broker, timeout: float = 120.0) -> None:
+    """Until ``broker`` stores a message (on a topic of its own): after a thaw, a JVM broker catches
+    up for a while before it answers in the times a short send timeout allows."""
+    deadline = time.monotonic() + timeout
+    c = client(broker)
+    try:
+        while True:
+            try:
+                p = c.create_producer("persistent://public/default/__serving-check", send_timeout_millis=5000)
+                p.send(b"ok")
+                p.close()
+                return
+            except pulsar.PulsarException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        c.close()
 
 
 def produce(broker, topic: str, count: int, partitions: int, *, start: int = 0) -> None:

@@ -1,6 +1,7 @@
-"""Which RocketMQ the tests run on: the project's embedded broker (default, fast) or Apache
-RocketMQ 5.x with ``CONNECT_TEST_ROCKETMQ=apache``. Fixtures and tests that start a broker of
-their own build it with :func:`rocketmq_broker`, so one variable moves them all.
+"""Which RocketMQ the tests run on: Apache RocketMQ 5.x (default) or the project's embedded broker
+with ``CONNECT_TEST_ROCKETMQ=embedded`` (a quick local loop; the conformance suite holds it to
+Apache's answers). Fixtures and tests that start a broker of their own build it with
+:func:`rocketmq_broker`, so one variable moves them all.
 
 Both kinds have ``namesrv`` (the name server) and ``broker_addr`` (the broker): one address on the
 embedded broker, two on Apache RocketMQ; requests to a broker go to ``broker_addr``."""
@@ -16,7 +17,7 @@ KINDS = ("embedded", "apache")
 
 
 def use_apache_rocketmq() -> bool:
-    kind = os.environ.get("CONNECT_TEST_ROCKETMQ", "embedded").strip().lower() or "embedded"
+    kind = os.environ.get("CONNECT_TEST_ROCKETMQ", "apache").strip().lower() or "apache"
     if kind not in KINDS:
         raise RuntimeError(f"CONNECT_TEST_ROCKETMQ must be one of {', '.join(KINDS)}")
     return kind == "apache"

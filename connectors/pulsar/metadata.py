@@ -48,7 +48,9 @@ the record position and the JSON path; events of this cluster (``sourceCluster``
 ``cluster.name``) are skipped; the resource's stamp is read and the event applied only if
 :func:`~connectors.replicator.metadata.newer` says it is newer (equal stamp: duplicate; older:
 stale). ``Created`` / ``Modified`` create or update, with the event's stamp written along;
-``Deleted`` deletes. Namespaces are applied field by field, for the fields in
+``Deleted`` deletes. A tenant that allows this cluster keeps it allowed (an event from another
+cluster names that one: independent clusters each allow their tenants on themselves, ``public``
+first of all). Namespaces are applied field by field, for the fields in
 :data:`NAMESPACE_FIELDS` (``retention_policies`` via ``/retention``, ``message_ttl_in_seconds`` via
 ``/messageTTL``, ``properties`` via ``/properties``; a field the event's data does not hold is left
 as it is, a null one removed); other Policies fields whose value differs from this cluster's are
@@ -180,7 +182,9 @@ class PulsarAdmin:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def request(self, method: str, path: str, body: Any = None, *, missing: bool = False) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, missing: bool = False, answer: bool = True) -> Any:
+        """``answer`` False: the answer's body is not read (Pulsar answers some calls with plain text,
+        e.g. a removed property's old value)."""
         url = self.url + path
         timeout = self._timeout if self._time_left is None else min(self._timeout, max(self._time_left(), 0.5))
         try:
@@ -199,7 +203,7 @@ class PulsarAdmin:
             if status >= 500 or status in (408, 429):
                 raise RetriableError(text)
             raise AdminError(text, status)
-        if not resp.content:
+        if not resp.content or not answer:
             return None
         try:
             return resp.json()
@@ -269,7 +273,8 @@ class PulsarAdmin:
         self.request("PUT", f"/admin/v2/namespaces/{_seg(namespace)}/properties", dict(properties))
 
     def remove_property(self, namespace: str, key: str) -> None:
-        self.request("DELETE", f"/admin/v2/namespaces/{_seg(namespace)}/property/{quote(key, safe='')}", missing=True)
+        self.request("DELETE", f"/admin/v2/namespaces/{_seg(namespace)}/property/{quote(key, safe='')}", missing=True,
+                     answer=False)
 
     # partitioned topics ("persistent://tenant/ns/topic")
     def partitions(self, topic: str) -> int | None:
@@ -685,6 +690,11 @@ class PulsarMetadataSinkTask(SinkTask):
 
     def _upsert_tenant(self, ev: MetadataChangeEvent, current: dict | None) -> None:
         body = {**strip_stamp(ev.data or {}), BY: ev.source_cluster, TIME: ev.update_time}
+        allowed = list(body.get("allowedClusters") or [])
+        if current is not None and self.cluster in (current.get("allowedClusters") or []) and self.cluster not in allowed:
+            # Independent clusters each allow a tenant on themselves: another cluster's TenantInfo
+            # would take this cluster out, and it would refuse every new namespace of the tenant.
+            body["allowedClusters"] = sorted([*allowed, self.cluster])
         self._deletions.pop(("Tenants", ev.resource_name), None)
         if current is None:
             try:
@@ -699,12 +709,14 @@ class PulsarMetadataSinkTask(SinkTask):
         ns, data = ev.resource_name, strip_stamp(ev.data or {})
         stamp = {BY: ev.source_cluster, TIME: str(ev.update_time)}
         self._deletions.pop(("Namespaces", ns), None)
-        self._count_ignored(ns, data, current or {})
         if current is None:
             body = {f: data[f] for f in NAMESPACE_FIELDS if data.get(f) is not None and f != "properties"}
             body["properties"] = {**(data.get("properties") or {}), **stamp}
             try:
                 self.admin.create_namespace(ns, body)
+                # Compared with what this cluster made of it (a broker fills every Policies field with
+                # its defaults), not with nothing: only fields that really differ are left unsynced.
+                self._count_ignored(ns, data, self.admin.policies(ns) or {})
                 return
             except AdminError as exc:
                 if exc.status == 404 and self.admin.tenant(ns.split("/", 1)[0]) is None:
@@ -718,6 +730,7 @@ class PulsarMetadataSinkTask(SinkTask):
                 if exc.status != 409:
                     raise
             current = self.admin.policies(ns) or {}  # created meanwhile: update it
+        self._count_ignored(ns, data, current)
         have = strip_stamp(current)
         # Several requests follow: the marker keeps this cluster's watcher from reading them half done.
         self.admin.set_properties(ns, {PENDING: str(int(time.time() * 1000))})

@@ -15,6 +15,9 @@ The ``checkpoint`` source runs in a pipeline whose sink writes to the *target* c
    translation changed: value ``{"group", "source": {"alias", "topic", "partition", "position"},
    "target": {"alias", "topic", "partition", "position", "inclusive"}, "ts"}``, key
    ``<group>:<source partition>:<target topic>:<target partition>`` - to ``checkpoints.topic``;
+   with ``checkpoints.format=mm2`` (Kafka to Kafka) in MirrorMaker 2's own record format instead
+   (``connectors.replicator.mm2format``), to ``<upstream.alias>.checkpoints.internal`` unless
+   ``checkpoints.topic`` is given, so consumers translating with MM2's ``RemoteClusterUtils`` keep working;
 4. with ``sync.group.offsets.enabled`` it also moves the same groups in the target cluster to the
    translated positions, forward only and only while those groups are inactive (Kafka: no
    members; Pulsar: no consumer on the subscription), as MirrorMaker 2 does. A target partition
@@ -45,6 +48,7 @@ from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
 from connect.tasks.offsetsync import decode_sync
+from connectors.replicator import mm2format
 from connectors.replicator.groups import GROUP_BACKENDS, GroupPositions, cluster_groups
 from connectors.replicator.syncstore import SyncStore, Translation
 from connectors.replicator.tail import TopicTail, side_keys
@@ -81,13 +85,25 @@ CONFIG = (
             "lists, or plain names (Pulsar subscriptions must be named).")
     .define("groups.exclude", Type.STRING, r"console-consumer-.*|connect-.*|__.*", "Regex of groups never checkpointed.",
             validator=valid_regex)
-    .define("checkpoints.topic", Type.STRING, "checkpoints", "Topic of the checkpoint records (the sink may rename it).",
+    .define("checkpoints.topic", Type.STRING, "checkpoints", "Topic of the checkpoint records (the sink may rename it); "
+            "with checkpoints.format=mm2 the default is MM2's <upstream.alias>.checkpoints.internal.",
             validator=non_empty)
+    .define("checkpoints.format", Type.STRING, "json", "Checkpoint records: json (this project's, any brokers) or mm2 "
+            "(MirrorMaker 2's Checkpoint key and value, Kafka to Kafka: read by MM2's RemoteClusterUtils.translateOffsets).",
+            validator=one_of("json", "mm2"))
     .define("emit.checkpoints.interval.ms", Type.INT, 5_000, "How often group positions are read and translated.",
             validator=at_least(100))
     .define("sync.group.offsets.enabled", Type.BOOLEAN, False,
             "Also move the groups in the target cluster (forward only, while they are inactive).")
 )
+
+
+def checkpoints_topic(config: Mapping[str, Any]) -> str:
+    """The configured checkpoints.topic; with the mm2 format and none given, MM2's name for it."""
+    cfg = CONFIG.parse(config)
+    if cfg["checkpoints.format"] == "mm2" and "checkpoints.topic" not in config:
+        return mm2format.checkpoints_topic(cfg["upstream.alias"])
+    return cfg["checkpoints.topic"]
 
 
 def _side(config: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -109,6 +125,11 @@ class CheckpointSourceConnector(SourceConnector):
                 issues.append(ConfigIssue(f"{side}.{key}", None, f"a {kind} {side} cluster needs its {key}"))
         if config.get("upstream.alias") and config.get("upstream.alias") == config.get("downstream.alias"):
             issues.append(ConfigIssue("downstream.alias", config.get("downstream.alias"), "must differ from upstream.alias"))
+        if str(config.get("checkpoints.format", "json")).lower() == "mm2":
+            for side in ("upstream", "downstream"):
+                if str(config.get(f"{side}.type", "kafka")) != "kafka":
+                    issues.append(ConfigIssue(f"{side}.type", config.get(f"{side}.type"),
+                                              "checkpoints.format=mm2 needs Kafka on both sides (MM2 offsets are Kafka offsets)"))
         for pattern in str(config.get("groups", "")).split(","):
             if problem := patterns.problem(pattern.strip()):
                 issues.append(ConfigIssue("groups", pattern.strip(), problem))
@@ -120,13 +141,13 @@ class CheckpointSourceConnector(SourceConnector):
 
     @classmethod
     def named_topics(cls, config: Mapping[str, Any]) -> list[str] | None:
-        return None if CONFIG.validate(config) else [CONFIG.parse(config)["checkpoints.topic"]]
+        return None if CONFIG.validate(config) else [checkpoints_topic(config)]
 
     def task_configs(self, max_tasks: int) -> list[dict[str, Any]]:
         return [dict(self.config)]
 
     def source_topics(self) -> Mapping[str, int]:
-        return {CONFIG.parse(self.config)["checkpoints.topic"]: 1}
+        return {checkpoints_topic(self.config): 1}
 
 
 class CheckpointSourceTask(SourceTask):
@@ -135,7 +156,8 @@ class CheckpointSourceTask(SourceTask):
         self.cfg = cfg
         self.upstream_alias, self.downstream_alias = cfg["upstream.alias"], cfg["downstream.alias"]
         self.interval = cfg["emit.checkpoints.interval.ms"] / 1000
-        self.topic = cfg["checkpoints.topic"]
+        self.topic = checkpoints_topic(config)
+        self.mm2 = cfg["checkpoints.format"] == "mm2"
         self.apply_groups = cfg["sync.group.offsets.enabled"]
         self._patterns = [patterns.compile(p) for p in cfg["groups"] if p]
         self._plain = [p for p in cfg["groups"] if _PLAIN_NAME.fullmatch(p)]
@@ -274,6 +296,11 @@ class CheckpointSourceTask(SourceTask):
             log.info("[%s] group %s is translated again in %s", self.context.task_id, group, source_key)
 
     def _record(self, group: str, sp: dict, next_key: Any, target: tuple, t: Translation, ts: int) -> ConnectRecord:
+        self.counts["checkpoint.emitted"] += 1
+        if self.mm2:  # MM2's Checkpoint: the target partition, and the offset the consumer resumes at there
+            key = mm2format.encode_key(group, target[0], int(target[1]))
+            value = mm2format.encode_value(int(next_key), int(t.position) + (0 if t.inclusive else 1))
+            return make_record(self.topic, key, value, None, ts, self.partition, {"ts": ts}, 0)
         value = orjson.dumps({
             "group": group,
             "source": {"alias": self.upstream_alias, "topic": sp.get("topic"), "partition": sp, "position": next_key},
@@ -281,7 +308,6 @@ class CheckpointSourceTask(SourceTask):
                        "position": t.position, "inclusive": t.inclusive},
             "ts": ts})
         key = f"{group}:{partition_key(sp)}:{target[0]}:{target[1]}".encode()
-        self.counts["checkpoint.emitted"] += 1
         return make_record(self.topic, key, value, None, ts, self.partition, {"ts": ts}, 0)
 
     # -- the task ----------------------------------------------------------------------------

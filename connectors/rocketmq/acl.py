@@ -15,8 +15,6 @@ signature), nothing is encrypted, and nothing stops a replay. See the README's R
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import logging
 import os
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Iterable
 
 from connectors.rocketmq.protocol import RemotingCommand, ResponseCode
+from connectors.rocketmq.remoting import acl_signature
 from connectors.rocketmq.validation import Refused, shown
 
 __all__ = ["ACL_ENV", "load_accounts", "check_access"]
@@ -68,10 +67,6 @@ def load_accounts(*, file: str | Path | None = None, env: dict[str, str] | None 
     return accounts
 
 
-def _java_order(key: str) -> bytes:
-    return key.encode("utf-16-be")  # TreeMap<String, ...> compares UTF-16 code units
-
-
 def check_access(accounts: dict[str, str], cmd: RemotingCommand) -> None:
     """Raises :class:`Refused` (NO_PERMISSION) unless ``cmd`` carries a known ``AccessKey`` and
     its ``Signature``; nothing to check without accounts."""
@@ -82,7 +77,6 @@ def check_access(accounts: dict[str, str], cmd: RemotingCommand) -> None:
     secret = accounts.get(access or "")
     if secret is None:
         raise Refused(ResponseCode.NO_PERMISSION, f"No acl config for {shown(access) if access else '(no AccessKey)'}")
-    content = "".join(fields[k] for k in sorted((k for k in fields if k not in _UNSIGNED), key=_java_order))
-    expected = base64.b64encode(hmac.new(secret.encode(), content.encode() + cmd.body, hashlib.sha1).digest())
+    expected = acl_signature(fields, cmd.body, secret, _UNSIGNED).encode("ascii")
     if not hmac.compare_digest(expected, fields.get("Signature", "").encode("utf-8", "replace")):
         raise Refused(ResponseCode.NO_PERMISSION, "Check signature failed for accessKey=" + shown(access))

@@ -39,7 +39,11 @@ import attrs
 from connectors.rocketmq.acl import check_access, load_accounts
 from connectors.rocketmq.admin import AdminHandlers, saved
 from connectors.rocketmq.lookups import LookupHandlers
+from connectors.rocketmq.models import DEFAULT_TOPIC
 from connectors.rocketmq.protocol import (
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
     MessageExt,
     ProtocolError,
     RemotingCommand,
@@ -58,9 +62,8 @@ __all__ = ["Broker", "Limits", "serve", "main"]
 
 log = logging.getLogger(__name__)
 
-AUTO_CREATE_TOPIC = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
+AUTO_CREATE_TOPIC = DEFAULT_TOPIC  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # BrokerConfig/MessageStoreConfig maxMessageSize (a batch's body too)
-FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4  # PullSysFlag
 MAX_SUSPEND_MS = 30_000
 MAX_GROUPS = 1000
 GET_BROKER_RUNTIME_INFO = 28  # RequestCode

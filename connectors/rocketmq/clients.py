@@ -55,7 +55,8 @@ def client_settings(cfg: Mapping[str, Any]) -> tuple:
 
 
 def _new_client(settings: tuple):
-    from connectors.rocketmq.client import AclSigner, SyncRocketMQClient
+    from connectors.rocketmq.remoting import AclSigner
+    from connectors.rocketmq.sync_client import SyncRocketMQClient
 
     cfg = dict(settings)
     signer = AclSigner(cfg["access.key"], str(cfg["secret.key"])) if cfg["access.key"] else None

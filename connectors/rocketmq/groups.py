@@ -95,7 +95,7 @@ class RocketMQGroups(GroupPositions):
     # -- helpers ------------------------------------------------------------------------------------
     def _routes(self, topics: Iterable[str], group: str) -> dict[str, Any]:
         """topic -> route, for the topics that exist (a topic without a route has no queues)."""
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
 
         routes = {}
         for topic in dict.fromkeys(topics):
@@ -173,7 +173,7 @@ class RocketMQGroups(GroupPositions):
     def active(self, group: str, addresses: Iterable[str]) -> bool:
         """Whether ``group`` has consumers connected to any of these brokers. A broker that does
         not serve GET_CONSUMER_LIST_BY_GROUP counts as having none."""
-        from connectors.rocketmq.client import BrokerError
+        from connectors.rocketmq.remoting import BrokerError
 
         for addr in sorted(set(addresses)):
             try:
@@ -223,7 +223,7 @@ class RocketMQGroups(GroupPositions):
         subscription group for (SUBSCRIPTION_GROUP_NOT_EXIST: 5.x, also with autoCreateSubscriptionGroup,
         which only a pull or a heartbeat triggers): the group is then created with the broker's
         defaults, as a consumer's first heartbeat would, and the offset written again."""
-        from connectors.rocketmq.client import BrokerError
+        from connectors.rocketmq.remoting import BrokerError
 
         client = self._client.client
         try:
@@ -239,7 +239,7 @@ class RocketMQGroups(GroupPositions):
     async def _query(self, addr: str, group: str, topic: str, broker: str, queue: int) -> int | None:
         """The group's offset of one queue (on the client's loop); None when it has none: the
         broker answers QUERY_NOT_FOUND, or that it does not know the group."""
-        from connectors.rocketmq.client import BrokerError
+        from connectors.rocketmq.remoting import BrokerError
 
         try:
             offset = await self._client.client.query_consumer_offset(addr, group, topic, queue, broker_name=broker,

@@ -101,7 +101,7 @@ GROUP_DEFAULTS = {"consumeEnable": True, "consumeFromMinEnable": True, "consumeB
 
 def topic_data(configs: Sequence[Any]) -> dict[str, Any]:
     """A ``Topics`` event's data from the topic's ``TopicConfig`` on each broker holding it (sorted
-    by broker name; ``client.TopicConfig`` objects)."""
+    by broker name; ``models.TopicConfig`` objects)."""
     first = configs[0]
     return {"broker": "rocketmq", "partitions": sum(c.write_queue_nums for c in configs),
             "readQueueNums": max(c.read_queue_nums for c in configs),
@@ -122,10 +122,10 @@ def _int(data: Mapping[str, Any], key: str, default: int | None = None, low: int
 
 
 def plan_topic(name: str, data: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
-    """Broker name -> the ``client.TopicConfig`` to give ``name`` there, for a Created/Modified
+    """Broker name -> the ``models.TopicConfig`` to give ``name`` there, for a Created/Modified
     event's ``data``; ``current``: broker name -> its config now (None: it lacks the topic).
     Brokers missing from the answer keep what they have. ValueError names the field at fault."""
-    from connectors.rocketmq.client import TopicConfig
+    from connectors.rocketmq.models import TopicConfig
 
     kind = data.get("broker")
     if kind not in ("kafka", "rocketmq", "pulsar"):
@@ -151,10 +151,10 @@ def plan_topic(name: str, data: Mapping[str, Any], current: Mapping[str, Any]) -
 
 
 def spread_queues(name: str, wanted: int, current: Mapping[str, Any]) -> dict[str, Any]:
-    """Broker name -> the ``client.TopicConfig`` giving ``name`` ``wanted`` write queues in all,
+    """Broker name -> the ``models.TopicConfig`` giving ``name`` ``wanted`` write queues in all,
     spread evenly over the brokers of ``current`` (broker name -> its config now, None: it lacks
     the topic), never shrinking a broker's queues; the other fields of an existing config stay."""
-    from connectors.rocketmq.client import TopicConfig
+    from connectors.rocketmq.models import TopicConfig
 
     brokers = sorted(current)
     out = {}
@@ -240,7 +240,7 @@ class RocketMQMetadataSourceTask(SourceTask):
 
     def _scan(self) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], set[str]], set[str]]:
         """(resource -> data, resource -> brokers holding it, brokers that answered)."""
-        from connectors.rocketmq.client import TopicConfig
+        from connectors.rocketmq.models import TopicConfig
 
         try:
             brokers = self._client.cluster_info()

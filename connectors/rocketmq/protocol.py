@@ -26,11 +26,13 @@ import orjson
 
 __all__ = ["ProtocolError", "RemotingCommand", "FrameDecoder", "RequestCode", "ResponseCode", "MessageExt",
            "encode_properties", "decode_properties", "decode_messages", "encode_batch", "encode_stored_message",
-           "body_crc", "offset_message_id", "JSON", "ROCKETMQ", "MAX_FRAME"]
+           "body_crc", "offset_message_id", "JSON", "ROCKETMQ", "MAX_FRAME", "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND",
+           "FLAG_SUBSCRIPTION"]
 
 JSON, ROCKETMQ = 0, 1  # SerializeType
 MAX_FRAME = 16 * 1024 * 1024  # NettyDecoder's default frame limit (com.rocketmq.remoting.frameMaxLength)
 RESPONSE_FLAG, ONEWAY_FLAG = 1, 2  # RemotingCommand RPC_TYPE / RPC_ONEWAY bits
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4  # PullSysFlag (the client's and the broker's)
 
 # LanguageCode: the JSON header carries the name, the binary header the byte.
 LANGUAGES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP", "OMS",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-import zlib
 from typing import Any, Mapping
 
 from connect.errors import ConnectError, DeliveryError, RetriableError
@@ -22,11 +21,10 @@ from connect.records import ConnectRecord
 from connect.sink.side import QueuedSideWriter, time_left
 from connectors.rocketmq.clients import CLIENTS, client_settings
 from connectors.rocketmq.mapping import message_body, message_properties
+from connectors.rocketmq.models import DEFAULT_TOPIC
 from connectors.rocketmq.sinkconfig import CONFIG, MAX_MESSAGE_SIZE, Target
 
 __all__ = ["RocketMQSideWriter"]
-
-_DEFAULT_TOPIC = "TBW102"
 
 
 class RocketMQSideWriter(QueuedSideWriter):
@@ -66,7 +64,7 @@ class RocketMQSideWriter(QueuedSideWriter):
             raise RetriableError(f"route lookup of topic {topic}: no answer in {left:.1f} s") from None
 
     def _route(self, deadline: float) -> Target:
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
 
         if self._client is None:
             self._client = CLIENTS.acquire(self._settings)
@@ -77,12 +75,10 @@ class RocketMQSideWriter(QueuedSideWriter):
         except ConnectError as exc:
             raise RetriableError(f"cannot look up topic {self.topic}: {exc}") from exc
         try:
-            target = Target(self.topic, self._lookup(_DEFAULT_TOPIC, deadline))
+            return Target.through_default_topic(self.topic, self._lookup(DEFAULT_TOPIC, deadline))
         except ConnectError as exc:
-            raise RetriableError(f"topic {self.topic} does not exist and no broker serves {_DEFAULT_TOPIC} to "
+            raise RetriableError(f"topic {self.topic} does not exist and no broker serves {DEFAULT_TOPIC} to "
                                  f"create it from ({exc}): create the topic") from exc
-        del target.queues[1:], target.addrs[1:], target.names[1:]  # created on one broker, at queue 0
-        return target
 
     def _send_one(self, r: ConnectRecord) -> None:
         target = self._target
@@ -93,9 +89,7 @@ class RocketMQSideWriter(QueuedSideWriter):
         if len(body) > MAX_MESSAGE_SIZE:
             raise DeliveryError(f"record {r.position()}: a body of {len(body)} bytes is larger than RocketMQ's "
                                 f"{MAX_MESSAGE_SIZE}")
-        n = len(target.queues)
-        index = zlib.crc32(r.key if r.key.__class__ is bytes else str(r.key).encode()) % n if r.key is not None \
-            else next(target.rr) % n
+        index = target.key_index(r.key)
         fut = self._client.send(target.addrs[index], self.topic, target.queues[index].queue_id, body,
                                 message_properties(r.key, value, r.headers, self._cfg["tag"] or None),
                                 producer_group=self._cfg["producer.group"], born_timestamp=r.timestamp or None)
@@ -109,7 +103,7 @@ class RocketMQSideWriter(QueuedSideWriter):
         return RetriableError(f"record {r.position()} not sent to {self.topic}: {exc}")
 
     def _settled(self, record: ConnectRecord, fut) -> None:
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
 
         error: BaseException | None = None
         exc = fut.exception()

@@ -43,7 +43,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-import zlib
 from collections import deque
 from functools import partial
 from typing import Any, Mapping, Sequence
@@ -56,6 +55,7 @@ from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.naming import IllegalTopicName, TargetNames, naming_issues
 from connectors.rocketmq.clients import CLIENTS, client_issues, client_settings
 from connectors.rocketmq.mapping import BORN_TIMESTAMP, message_body, message_properties
+from connectors.rocketmq.models import DEFAULT_TOPIC
 from connectors.rocketmq.names import ROCKETMQ_NAMES
 from connectors.rocketmq.sinkconfig import CONFIG, MAX_MESSAGE_SIZE, Target
 
@@ -93,7 +93,7 @@ class RocketMQSinkConnector(SinkConnector):
         self._names.announce(source_topics, log, f"connector {self.context.name}" if self.context else "rocketmq sink")
         if not cfg["auto.create.topics"]:
             return
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
         from connectors.rocketmq.system import created_by_sends_only
 
         targets, _refused, _ = self._names.plan(source_topics)  # refused ones were just logged
@@ -141,7 +141,7 @@ def _grow(client, topic: str, route, queues: int) -> None:
 
 def _creation_broker(client) -> str:
     """The master of a broker that serves TBW102 (the one brokers auto-create topics from)."""
-    route = client.topic_route("TBW102")
+    route = client.topic_route(DEFAULT_TOPIC)
     for b in route.broker_datas:
         if b.master_addr:
             return b.master_addr
@@ -190,7 +190,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         creates ``rmq_sys_*`` only from a send) is sent to through TBW102's first queue, as
         RocketMQ's producer does, so its first send creates it; that route is not kept: the next
         ``put`` looks the created topic up."""
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
         from connectors.rocketmq.system import created_by_sends_only
 
         target = self._targets.get(source_topic)
@@ -201,9 +201,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             except TopicNotFoundError as exc:
                 if not created_by_sends_only(name):
                     raise RetriableError(f"cannot look up target topic {name}: {exc}") from exc
-                target = Target(name, self._client.topic_route("TBW102"))
-                del target.queues[1:], target.addrs[1:], target.names[1:]
-                return target
+                return Target.through_default_topic(name, self._client.topic_route(DEFAULT_TOPIC))
             except RetriableError:
                 raise
             except ConnectError as exc:
@@ -212,13 +210,11 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
         return target
 
     def _queue_index(self, target: Target, r: ConnectRecord) -> int:
-        n = len(target.queues)
         if self._selection == "source" and r.partition is not None:
-            return r.partition % n
-        if self._selection != "round_robin" and r.key is not None:
-            key = r.key if r.key.__class__ is bytes else str(r.key).encode()
-            return zlib.crc32(key) % n
-        return next(target.rr) % n
+            return r.partition % len(target.queues)
+        if self._selection == "round_robin":
+            return next(target.rr) % len(target.queues)
+        return target.key_index(r.key)
 
     # -- data -------------------------------------------------------------------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:

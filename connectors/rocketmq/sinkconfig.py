@@ -1,10 +1,12 @@
 """What the RocketMQ sink and its side writers (:mod:`connectors.rocketmq.side`) share: the sink's
-declared config, the message size limit and a target topic's writable queues. It sits below both:
-the sink, its connector and the side writers import it, it imports neither."""
+declared config, the message size limit and a target topic's writable queues (with the queue a
+key goes to, and the route through ``TBW102`` a topic takes until its first send creates it). It
+sits below both: the sink, its connector and the side writers import it, it imports neither."""
 
 from __future__ import annotations
 
 import itertools
+import zlib
 
 from connect.config import ConfigDef, Type, at_least, one_of
 from connect.errors import RetriableError
@@ -35,7 +37,6 @@ CONFIG = ROUTING_CONFIG.merge(NAMING_CONFIG).merge(CLIENT_CONFIG).merge(
 )
 
 
-
 class Target:
     """A target topic's writable queues and their brokers' addresses (the sink's and its side writer's)."""
 
@@ -50,3 +51,20 @@ class Target:
         self.addrs = [route.master_addr(q.broker_name) for q in queues]
         self.names = [q.broker_name for q in queues]
         self.rr = itertools.count()
+
+    @classmethod
+    def through_default_topic(cls, topic: str, default_route) -> Target:
+        """``topic``, which the name server does not route yet, sent to through the first writable
+        queue of TBW102's route (``default_route``), as RocketMQ's producer does: the
+        first send creates the topic from TBW102, on that one broker, at queue 0."""
+        target = cls(topic, default_route)
+        del target.queues[1:], target.addrs[1:], target.names[1:]
+        return target
+
+    def key_index(self, key) -> int:
+        """The index of the queue a record key goes to: the CRC-32 of the key (``str(key)`` in
+        UTF-8 unless it is bytes) modulo the queue count; round robin without a key."""
+        n = len(self.queues)
+        if key is None:
+            return next(self.rr) % n
+        return zlib.crc32(key if key.__class__ is bytes else str(key).encode()) % n

@@ -149,7 +149,7 @@ class RocketMQSourceConnector(PartitionedSourceConnector):
         return sorted(t for t in names if regex_selects(pattern, t, reserved))
 
     def _list_partitions(self) -> list[tuple[str, int]]:
-        from connectors.rocketmq.client import TopicNotFoundError
+        from connectors.rocketmq.remoting import TopicNotFoundError
 
         out = []
         for topic in self._topics():

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from connectors.rocketmq.datadir import DataDirLock, make_private_dir, private_opener
+from connectors.rocketmq.models import PERM_INHERIT, PERM_READ, PERM_WRITE  # PermName
 from connectors.rocketmq.protocol import (
     MAGIC_V1,
     MAGIC_V2,
@@ -61,7 +62,6 @@ __all__ = ["MessageStore", "TopicConfig", "java_hash", "tags_filter", "PERM_READ
 
 log = logging.getLogger(__name__)
 
-PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1  # PermName
 _CQ_ENTRY = struct.Struct(">qiq")  # commit-log position, size, tags hash code (ConsumeQueue's unit)
 _HEAD = struct.Struct(">iIiiiqq")  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
 _STORE_TS_AT = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8  # STORETIMESTAMP's position in a v1 (IPv4) record

@@ -1,4 +1,4 @@
-"""The console's HTTP surface over the wire (uvicorn on a loopback port, the session's Spark, tansu):
+"""The console's HTTP surface over the wire (uvicorn on a loopback port, the session's Spark, Apache Kafka):
 its page asks for credentials where the API does, its assets are the package's own, and the one
 summary document carries every connector as a flow with the figures the page draws - a refused
 record's reason and dead letters included, a secret nowhere. ``connect connectors --data-dir``

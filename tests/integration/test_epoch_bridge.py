@@ -1,5 +1,5 @@
-"""Between two epochs the pair keeps moving records (``epoch.bridge.ms``), over the wire: tansu ->
-the real driver and Spark -> tansu. What moved between epochs is the next epoch's: counted in its
+"""Between two epochs the pair keeps moving records (``epoch.bridge.ms``), over the wire: Apache Kafka ->
+the real driver and Spark -> Apache Kafka. What moved between epochs is the next epoch's: counted in its
 stats and budget, committed with its offsets, never before."""
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def _check(name: str, by_partition: dict, total: int, stats: dict) -> None:
 def test_rocketmq_target_frozen_mid_stream_loses_nothing_and_keeps_queue_order(rocketmq_pair, spark, tmp_path, unique):
     from rocketmq_util import consume_all
 
-    from connectors.rocketmq.client import SyncRocketMQClient
+    from connectors.rocketmq.sync_client import SyncRocketMQClient
 
     src, dst = rocketmq_pair
     topic, queues, total = "Frozen" + hashlib.sha1(unique.encode()).hexdigest()[:10], 2, RATE * SECONDS

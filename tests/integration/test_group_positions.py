@@ -19,8 +19,9 @@ from connect.errors import RetriableError
 from connect.records import partition_key
 from connectors.kafka.groups import KafkaGroups
 from connectors.pulsar.groups import PulsarGroups
-from connectors.rocketmq.client import ConsumerData, SyncRocketMQClient
 from connectors.rocketmq.groups import RocketMQGroups, is_system_group
+from connectors.rocketmq.models import ConsumerData
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 
 def _name(prefix: str, unique: str) -> str:

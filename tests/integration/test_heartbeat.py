@@ -9,7 +9,7 @@ import pytest
 from kafka_util import create_topic
 from service_util import wait_for
 
-from connectors.rocketmq.client import SyncRocketMQClient
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 pytestmark = pytest.mark.timeout(300)
 

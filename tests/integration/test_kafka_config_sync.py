@@ -1,5 +1,6 @@
 """Kafka config sync (MirrorMaker 2's topic, config and ACL sync) as metadata change events between
-two tansu brokers: ``kafka-metadata`` source (cluster A) -> ``kafka-metadata`` sink (cluster B) in
+two tansu brokers (only with CONNECT_TEST_KAFKA=tansu): ``kafka-metadata`` source (cluster A) ->
+``kafka-metadata`` sink (cluster B) in
 one Spark pipeline, and the source task's events read directly over the wire.
 
 What tansu does not support, and so what these tests cannot show on it (the code is written for
@@ -22,7 +23,7 @@ real Kafka; nothing here is mocked):
   ACL copying is shown by the unit tests only; here the source runs with ACL sync on and emits none.
 
 The same connector between two Apache Kafka clusters, where none of these limits hold, is
-``test_kafka_metadata_apache.py``; with ``CONNECT_TEST_KAFKA=apache`` the tansu-shaped pipeline test
+``test_kafka_metadata_apache.py``; on Apache Kafka (the default) the tansu-shaped pipeline test
 is skipped, and the source's events are checked with MM2's default ``use.defaults.from=target``.
 """
 

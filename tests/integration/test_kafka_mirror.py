@@ -1,4 +1,4 @@
-"""Kafka -> Kafka through the real driver, Spark partitions and two tansu brokers."""
+"""Kafka -> Kafka through the real driver, Spark partitions and two Apache Kafka brokers (tansu with CONNECT_TEST_KAFKA=tansu)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Kafka -> Kafka on the batch-native path (``connect.batch``, ``connectors.kafka.native``) over two
-tansu brokers: a failed delivery names its own record, one bad record goes alone to the dead-letter
+Apache Kafka brokers: a failed delivery names its own record, one bad record goes alone to the dead-letter
 topic with exact offsets, the native path writes what the record path writes, and both wait for
 room in a full producer queue until the deadline, then report what is left transient."""
 

@@ -1,5 +1,5 @@
 """A worker whose Kafka store topics another worker took over: over its REST API, with the session's
-Spark application and real tansu brokers. worker/stores/kafkastore.py fences the store; this checks what the
+Spark application and real Apache Kafka brokers. worker/stores/kafkastore.py fences the store; this checks what the
 worker then does with its connectors."""
 
 from __future__ import annotations

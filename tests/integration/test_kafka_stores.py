@@ -1,4 +1,4 @@
-"""worker.stores.kafkastore.KafkaStores against a real tansu broker, and one contract for both stores.
+"""worker.stores.kafkastore.KafkaStores against a real Apache Kafka broker, and one contract for both stores.
 
 The contract tests run the same checks against :class:`worker.stores.store.SqliteStores` and
 :class:`worker.stores.kafkastore.KafkaStores`; "reopening" is a worker restart (a new store on the same

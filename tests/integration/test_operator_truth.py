@@ -14,7 +14,7 @@ import pytest
 from rocketmq_util import produce
 from service_util import wait_for
 
-from connectors.rocketmq.client import SyncRocketMQClient
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 from worker.telemetry.lag import REFRESH_S
 from worker.telemetry.progress import format_result
 

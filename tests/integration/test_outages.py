@@ -1,6 +1,6 @@
 """Outages of the target cluster, over the wire: nothing lost, nothing skipped, epochs bounded.
 
-The target tansu advertises a loopback TCP proxy (tests/netproxy.py) as its address, so every
+The target Kafka advertises a loopback TCP proxy (tests/netproxy.py) as its address, so every
 client connection - bootstrap and after metadata - goes through it. ``blackhole()`` stops all
 traffic without closing anything (like a network partition); ``restore()`` heals it. A source
 producer keeps writing meanwhile.

@@ -1,6 +1,6 @@
-"""A tansu broker behind tests/netproxy.py: a network partition must delay records, never lose them.
+"""A Kafka broker behind tests/netproxy.py: a network partition must delay records, never lose them.
 
-Every client connection goes through the proxy, because tansu advertises the proxy's port in its
+Every client connection goes through the proxy, because the broker advertises the proxy's port in its
 metadata. The test produces while the proxy blackholes for ~5 s, restores, and counts by consuming.
 
 Measure librdkafka's recovery after a longer partition by hand (not part of the suite):

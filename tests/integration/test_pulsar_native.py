@@ -1,5 +1,5 @@
 """Kafka -> Pulsar on the batch-native path (``connect.batch``; the Pulsar sink's ``put_native``
-sends from the consumed Kafka messages) over tansu and pulsar-lite: the native path writes what
+sends from the consumed Kafka messages) over Apache Kafka and pulsar-lite: the native path writes what
 the record path writes, a refused message in a native batch names its own record, and messages
 abandoned after the sink's send timeout are reported as their own records, in put order, and
 arrive in order once re-sent."""
@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from kafka_util import consume_all as kafka_consume_all
 from kafka_util import create_topic
 from pipeline_util import first_copies_out_of_order
-from pulsar_util import consume_all
+from pulsar_util import consume_all, wait_serving
 
 from connect.errors import DeliveryError, RetriableError
 from connect.records import partition_key
@@ -173,6 +173,7 @@ def test_a_native_put_after_the_send_timeout_abandons_the_producer_and_reports_i
             failed = sink.context.errant_record_reporter.take()
         finally:
             dst.thaw()
+        wait_serving(dst)  # the re-send below has the same 1.5 s send timeout
         keys = [int(r.key) for r, _ in failed]
         assert keys and keys == list(range(keys[0], n)), "reported in put order, each as its own record"
         assert [r.source_offset["offset"] for r, _ in failed] == [m.offset() for m in msgs[keys[0]:]]

@@ -26,16 +26,25 @@ from connect.tasks.origin import DEFAULT_ORIGIN_PROPERTY as PROP
 pytestmark = pytest.mark.timeout(400)
 
 
-def kafka_values(bootstrap: str, topic: str, partitions: int = 2) -> list[tuple[bytes, bytes | None]]:
-    """(value, origin chain) of every record of the topic."""
+def kafka_values(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
+    """(value, origin chain) of every record of the topic, from every partition it has now: a sink
+    grows a target topic to its source's partition count (a RocketMQ topic's 4 queues make a
+    2-partition Kafka topic 4; tansu, without CreatePartitions, never grew it). Read up to each
+    partition's high watermark (exact on Apache Kafka, a lower bound on tansu) and until 1 s quiet."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mesh-verify", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, quiet = [], 0
+    out, quiet, deadline = [], 0, time.monotonic() + 60
     try:
-        while quiet < 5:
+        partitions = sorted(c.list_topics(topic, timeout=15).topics[topic].partitions)
+        highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in partitions}
+        position = dict.fromkeys(partitions, 0)
+        c.assign([TopicPartition(topic, p, 0) for p in partitions])
+        while (quiet < 5 or any(position[p] < highs[p] for p in partitions)) and time.monotonic() < deadline:
             msgs = c.consume(10000, 0.2)
             quiet = 0 if msgs else quiet + 1
-            out += [(m.value(), dict(m.headers() or []).get(PROP)) for m in msgs if m.error() is None]
+            for m in msgs:
+                if m.error() is None:
+                    out.append((m.value(), dict(m.headers() or []).get(PROP)))
+                    position[m.partition()] = m.offset() + 1
     finally:
         c.close()
     return out

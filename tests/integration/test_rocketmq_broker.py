@@ -1,5 +1,5 @@
 """The embedded RocketMQ broker over the wire, driven by this project's client
-(connectors.rocketmq.client): sends, pulls, filters, long polling, offsets, admin requests,
+(connectors.rocketmq.sync_client and the modules under it): sends, pulls, filters, long polling, offsets, admin requests,
 durability across restarts and ``kill -9``, ACL, and what malformed frames do to it."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import time
 import pytest
 
 from connect.errors import ConnectError, RetriableError
-from connectors.rocketmq.client import AclSigner, BrokerError, SyncRocketMQClient, TopicNotFoundError
 from connectors.rocketmq.protocol import FrameDecoder, RemotingCommand, RequestCode
+from connectors.rocketmq.remoting import AclSigner, BrokerError, TopicNotFoundError
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 from worker.embedded import EmbeddedRocketMQ
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from connectors.rocketmq.client import SyncRocketMQClient
 from connectors.rocketmq.protocol import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 from worker.embedded import EmbeddedRocketMQ, free_port
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,8 +15,8 @@ from pipeline_util import make_driver, pair_pipeline
 import connect.plugins
 from connect.records import make_record
 from connect.sink import SinkTaskContext
-from connectors.rocketmq.client import SyncRocketMQClient
 from connectors.rocketmq.metadata import RocketMQMetadataSinkTask
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 pytestmark = pytest.mark.timeout(120)
 

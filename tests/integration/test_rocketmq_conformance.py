@@ -33,17 +33,10 @@ import time
 import pytest
 
 from connect.errors import ConnectError, RetriableError
-from connectors.rocketmq.client import (
-    PERM_INHERIT,
-    PERM_READ,
-    PERM_WRITE,
-    AclSigner,
-    BrokerError,
-    ConsumerData,
-    SyncRocketMQClient,
-    TopicConfig,
-)
+from connectors.rocketmq.models import PERM_INHERIT, PERM_READ, PERM_WRITE, ConsumerData, TopicConfig
 from connectors.rocketmq.protocol import ResponseCode
+from connectors.rocketmq.remoting import AclSigner, BrokerError
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 from worker.embedded import EmbeddedRocketMQ
 
 pytestmark = pytest.mark.timeout(900)

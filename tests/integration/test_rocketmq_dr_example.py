@@ -19,7 +19,9 @@ from rocketmq_brokers import rocketmq_broker
 from rocketmq_util import consume_all
 from service_util import wait_for
 
-from connectors.rocketmq.client import ConsumerData, SyncRocketMQClient, TopicNotFoundError
+from connectors.rocketmq.models import ConsumerData
+from connectors.rocketmq.remoting import TopicNotFoundError
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 from worker.pipeline import load_pipeline_file
 from worker.runtime.driver import Driver
 from worker.runtime.spark import SparkExecutor

@@ -57,7 +57,7 @@ def test_official_cpp_producer_and_push_consumer_round_trip_through_the_embedded
 
 
 def test_the_project_client_reads_what_the_cpp_client_wrote(rocketmq_pair, cpp_lib, tmp_path, unique):
-    from connectors.rocketmq.client import SyncRocketMQClient
+    from connectors.rocketmq.sync_client import SyncRocketMQClient
 
     broker, _ = rocketmq_pair
     topic = "FromCpp" + hashlib.sha1(unique.encode()).hexdigest()[:10]
@@ -80,7 +80,7 @@ def test_the_project_client_reads_what_the_cpp_client_wrote(rocketmq_pair, cpp_l
 
 
 def test_the_cpp_push_consumer_reads_what_the_project_client_wrote(rocketmq_pair, cpp_lib, tmp_path, unique):
-    from connectors.rocketmq.client import SyncRocketMQClient
+    from connectors.rocketmq.sync_client import SyncRocketMQClient
 
     broker, _ = rocketmq_pair
     topic = "FromPy" + hashlib.sha1(unique.encode()).hexdigest()[:10]

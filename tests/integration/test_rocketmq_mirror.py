@@ -1,5 +1,5 @@
 """RocketMQ source and sink through the real driver and Spark executor, against embedded RocketMQ
-brokers (and tansu / pulsar-lite for the cross-broker routes)."""
+brokers (and Apache Kafka / pulsar-lite for the cross-broker routes)."""
 
 from __future__ import annotations
 
@@ -292,7 +292,7 @@ def test_start_positions_and_progress_written_to_a_source_consumer_group(rocketm
     and with consumer.group the committed positions show up as that group's offsets on the source."""
     import time
 
-    from connectors.rocketmq.client import SyncRocketMQClient
+    from connectors.rocketmq.sync_client import SyncRocketMQClient
 
     src, dst = rocketmq_pair
     topic = _name("Starts", unique)

@@ -1,6 +1,6 @@
 """Every built-in sink writes tombstones (value None) and records without key over the wire, and
 every broker's side writer keeps dead letters at least once (issue 25). Task pairs run here
-without Spark (the runner alone), against tansu, pulsar-lite and the embedded RocketMQ broker."""
+without Spark (the runner alone), against Apache Kafka, pulsar-lite and Apache RocketMQ."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySinkTask, MemorySourceTask
 from connectors.kafka import KafkaSinkConnector, KafkaSinkTask
 from connectors.pulsar.sink import PulsarSinkConnector, PulsarSinkTask
-from connectors.rocketmq.client import SyncRocketMQClient
 from connectors.rocketmq.mapping import PLACEHOLDER, record_fields
 from connectors.rocketmq.sink import RocketMQSinkConnector, RocketMQSinkTask
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 RECORDS = [(b"k0", b"v0"), (b"k1", None), (None, b"v2"), (None, None), (b"k4", b"v4")]  # (key, value)
 

@@ -27,7 +27,7 @@ from rocketmq_util import consume_all as rocketmq_consume_all
 from rocketmq_util import produce as rocketmq_produce
 from service_util import wait_for
 
-from connectors.rocketmq.client import SyncRocketMQClient
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 pytestmark = pytest.mark.timeout(240)
 

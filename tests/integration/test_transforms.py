@@ -1,4 +1,4 @@
-"""Transforms and predicates over the wire: real tansu, pulsar-lite and embedded RocketMQ brokers,
+"""Transforms and predicates over the wire: real Apache Kafka, pulsar-lite and Apache RocketMQ brokers,
 real source and sink connectors, run by the authors' test kit (``connect.testkit.run_pair``: the
 real TaskPairRunner in this process, no Spark), then read back by plain consumers.
 """
@@ -25,7 +25,8 @@ from connect.records import ValueSchema
 from connect.testkit import run_pair
 from connect.transforms import TRANSFORM_GROUP
 from connectors.pulsar.schemas import producer_schema
-from connectors.rocketmq.client import SyncRocketMQClient, TopicNotFoundError
+from connectors.rocketmq.remoting import TopicNotFoundError
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 
 def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes | None]], partitions: int = 1) -> None:

@@ -1,5 +1,5 @@
 """What a Kafka Connect user trips over first on the worker's REST API (issue 36), over the wire
-against a running worker (real uvicorn, the session's Spark, tansu brokers): plugin aliases in
+against a running worker (real uvicorn, the session's Spark, Apache Kafka brokers): plugin aliases in
 every plugin path, validate answering what create answers, relative ``${file:...}`` paths under
 conf/worker.json, Kafka Connect's error body for unparseable parameters, KIP-558's active topics
 and KIP-495's loggers."""

@@ -1,5 +1,5 @@
 """The worker service over its real REST API (uvicorn on a loopback port), with the session's Spark
-application and real tansu brokers: the Kafka Connect contract (paths, status codes, JSON shapes,
+application and real Apache Kafka brokers: the Kafka Connect contract (paths, status codes, JSON shapes,
 400/404/409), the connector lifecycle (create, pause, resume, stop, offsets, update, restart,
 delete), isolation of a failing connector, secrets masking and authentication."""
 

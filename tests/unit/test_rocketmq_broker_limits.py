@@ -11,9 +11,9 @@ import struct
 import pytest
 
 from connectors.rocketmq.acl import ACL_ENV, check_access, load_accounts
-from connectors.rocketmq.client import AclSigner
 from connectors.rocketmq.datadir import DataDirBusyError
 from connectors.rocketmq.protocol import MessageExt, ProtocolError, RemotingCommand
+from connectors.rocketmq.remoting import AclSigner
 from connectors.rocketmq.store import MessageStore, TopicConfig
 from connectors.rocketmq.validation import Refused, check_group_name, check_topic_name, field
 

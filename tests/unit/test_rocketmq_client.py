@@ -22,24 +22,20 @@ import time
 import pytest
 
 from connect.errors import ConnectError, RetriableError
-from connectors.rocketmq.client import (
+from connectors.rocketmq.async_client import RocketMQClient
+from connectors.rocketmq.fastjson import parse_fastjson
+from connectors.rocketmq.models import ConsumerData, MessageQueue, parse_consume_stats, parse_topic_configs, parse_topic_route
+from connectors.rocketmq.protocol import FrameDecoder, ProtocolError, RemotingCommand, decode_batch
+from connectors.rocketmq.remoting import (
     AclSigner,
     BrokerError,
     ConnectionLostError,
-    ConsumerData,
-    MessageQueue,
     RemotingConnection,
     RemotingTimeoutError,
     RetriableBrokerError,
-    RocketMQClient,
-    SyncRocketMQClient,
     TopicNotFoundError,
-    parse_consume_stats,
-    parse_fastjson,
-    parse_topic_configs,
-    parse_topic_route,
 )
-from connectors.rocketmq.protocol import FrameDecoder, ProtocolError, RemotingCommand, decode_batch
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 # -- golden data (apache/rocketmq 4.9.x classes run with fastjson 1.2.83; see SPEC.md §3, §11) -------
 # TopicRouteData.encode() (fastjson default: brokerAddrs keys are bare numbers)
@@ -721,3 +717,24 @@ def test_sync_facade_send_returns_futures_and_close_stops_the_thread():
     finally:
         box["loop"].call_soon_threadsafe(box["stop"].set)
         server_thread.join(5)
+
+
+def test_sync_client_methods_have_the_async_clients_signatures_and_docstrings():
+    """Every request of the async client has a blocking twin whose parameters (names, kinds,
+    defaults) are spelled out, not passed through ``*args, **kwargs``, and documented."""
+    import inspect
+
+    internal = {"invoke", "invoke_namesrv", "close"}  # transport and lifecycle, not requests
+    requests = [name for name, fn in inspect.getmembers(RocketMQClient, inspect.iscoroutinefunction)
+                if not name.startswith("_") and name not in internal]
+    assert len(requests) >= 20
+    for name in requests:
+        sync = getattr(SyncRocketMQClient, name, None)
+        assert sync is not None, f"SyncRocketMQClient has no {name}"
+        want = list(inspect.signature(getattr(RocketMQClient, name)).parameters.values())
+        got = list(inspect.signature(sync).parameters.values())
+        assert all(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in got), name
+        assert [(p.name, p.kind, p.default) for p in got] == [(p.name, p.kind, p.default) for p in want], name
+        assert (sync.__doc__ or "").strip(), f"SyncRocketMQClient.{name} has no docstring"
+    init = inspect.signature(SyncRocketMQClient.__init__).parameters
+    assert list(init) == list(inspect.signature(RocketMQClient.__init__).parameters)

@@ -12,7 +12,7 @@ from connect.records import make_record
 from connect.sink import SinkTaskContext
 from connect.source import OffsetStorageReader, SourceTaskContext
 from connectors.replicator.metadata import MetadataChangeEvent
-from connectors.rocketmq.client import BrokerData, TopicConfig
+from connectors.rocketmq.models import BrokerData, TopicConfig
 
 CLIENT = {"namesrv.addr": "127.0.0.1:9876"}
 

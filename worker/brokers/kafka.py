@@ -20,12 +20,23 @@ from xml.sax.saxutils import quoteattr
 
 from worker.brokers.maven import Bundle, classpath
 
-__all__ = ["KAFKA", "KAFKA_VERSION", "cluster_id", "java_argv", "log4j2_xml", "server_properties"]
+__all__ = ["KAFKA", "KAFKA_VERSION", "MIRROR_CLIENT", "MIRROR_MAKER", "cluster_id", "java_argv", "log4j2_xml",
+           "server_properties"]
 
 KAFKA_VERSION = "4.4.0"
 LOG4J2_VERSION = "2.25.5"  # what kafka-server 4.4.0 depends on
 KAFKA = Bundle("kafka", (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
                          f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J2_VERSION}"))
+# MirrorMaker 2's client library (MirrorClient, RemoteClusterUtils, Checkpoint): tests read our
+# MM2-format checkpoints with it. 4.1.0: mvn found no connect-mirror-client 4.4.0 on Maven Central
+# (2026-11-27: "Missing"); the checkpoint record format it reads is the same since Kafka 2.4.
+MIRROR_CLIENT_VERSION = "4.1.0"
+MIRROR_CLIENT = Bundle("mirror-client", (f"org.apache.kafka:connect-mirror-client:{MIRROR_CLIENT_VERSION}",))
+# MirrorMaker 2 itself (dedicated mode: org.apache.kafka.connect.mirror.MirrorMaker), same version as
+# its client; connect-runtime uses log4j-core classes but declares them compile-only
+MIRROR_MAKER = Bundle("mirror-maker", (f"org.apache.kafka:connect-mirror:{MIRROR_CLIENT_VERSION}",
+                                       f"org.apache.logging.log4j:log4j-core:{LOG4J2_VERSION}",
+                                       f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J2_VERSION}"))
 
 # StandardAuthorizer (KRaft's ACL store): ACLs are enforced; with no ACL on a resource everyone may
 # use it, and the PLAINTEXT principal (ANONYMOUS: tests, tools, the controller link) is a super user.

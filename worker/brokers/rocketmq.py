@@ -101,6 +101,10 @@ def broker_conf(*, name: str, port: int, namesrv: str, store: Path, extra: dict[
         # queue out of order (the sink keeps one batch in flight per queue; the tests' producers pipeline)
         "sendMessageThreadPoolNums": 1,
         "osPageCacheBusyTimeOutMills": 5000,
+        # the timer's flush compares its 38 MiB wheel byte by byte with the mapped file each interval
+        # (default 1 s): a quarter of a core on an idle broker. Only delayed messages' progress lives
+        # there (a clean shutdown flushes it anyway), and nothing here sends delayed messages.
+        "timerFlushIntervalMs": 60_000,
         **(extra or {}),
     }
     return _properties(settings)
@@ -149,5 +153,8 @@ def java_argv(main: list[str], *, heap: str, processors: int, home: Path, logbac
             "-cp", f"{lib}/*", *main]
 
 
-if __name__ == "__main__":  # `python -m worker.brokers.rocketmq`: fetch now (make test does, before pytest)
+if __name__ == "__main__":  # `python -m worker.brokers.rocketmq`: fetch (and compile the launcher) now, as make test does
+    from worker.brokers.rocketmq_launcher import launcher_classpath
+
     print(classpath(ROCKETMQ)[0].parent)
+    print(launcher_classpath(classpath(ROCKETMQ)[0].parent) or "no javac: a cluster is two JVMs")

@@ -1,0 +1,162 @@
+"""Take-over from a running MirrorMaker 2 without copying again what it copied.
+
+Real MM2 (dedicated mode, ``connect-mirror`` from Maven Central) mirrors a topic A -> B between two
+Apache Kafka clusters while a producer keeps writing to A; MM2 is stopped mid-stream; our mirror
+starts with ``mm2.offsets.topic=mm2-offsets.A.internal`` and copies the rest into the same target
+topic (``A.<topic>``, MM2's default names). Counted at the target: every record once at least (0
+missing), and the records there twice are no more than what MM2 had written but not committed as
+copied (its last in-flight batch) - not the thousands it copied before."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kafka_util import create_topic, produce
+from pipeline_util import make_driver, pair_pipeline
+
+from connectors.kafka.mm2offsets import read_mm2_offsets
+from worker.brokers.kafka import MIRROR_MAKER, log4j2_xml
+from worker.brokers.maven import classpath
+
+pytestmark = pytest.mark.timeout(600)
+
+PARTS = 2
+
+
+def _per_partition(indexes: list[int]) -> dict[int, int]:
+    return {p: sum(1 for i in indexes if i % PARTS == p) for p in range(PARTS)}
+
+
+def _indexes(bootstrap: str, topic: str, quiet_s: float = 3.0) -> list[int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "takeover-check", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTS)])
+    out, last = [], time.monotonic()
+    try:
+        while time.monotonic() - last < quiet_s:
+            for m in c.consume(5000, 0.3):
+                if m.error() is None:
+                    out.append(int(m.value().decode().split("-")[1]))
+                    last = time.monotonic()
+    finally:
+        c.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def slow_start_pair(tmp_path_factory):
+    """Two Apache Kafka clusters given 5 minutes to start (a loaded machine formats storage slowly)."""
+    from worker.embedded import ApacheKafka
+
+    logs = tmp_path_factory.mktemp("takeover-kafka")
+    pair = [ApacheKafka(log_path=logs / "a.log"), ApacheKafka(log_path=logs / "b.log")]
+    try:
+        for broker in pair:
+            broker.start(timeout=300)
+        yield pair
+    finally:
+        for broker in pair:
+            broker.stop()
+
+
+def test_a_mirror_takes_over_from_a_stopped_mm2_without_copying_again(slow_start_pair, spark, tmp_path, unique):
+    a, b = slow_start_pair
+    topic = f"tk-{unique}"
+    create_topic(a.bootstrap, topic, PARTS)
+    produce(a.bootstrap, topic, 5000, PARTS)
+    props = tmp_path / "mm2.properties"
+    props.write_text(f"""\
+clusters = A, B
+A.bootstrap.servers = {a.bootstrap}
+B.bootstrap.servers = {b.bootstrap}
+A->B.enabled = true
+A->B.topics = {topic}
+B->A.enabled = false
+emit.heartbeats.enabled = false
+emit.checkpoints.enabled = false
+sync.topic.acls.enabled = false
+refresh.topics.interval.seconds = 2
+replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+offset.storage.replication.factor = 1
+status.storage.replication.factor = 1
+config.storage.replication.factor = 1
+offset.flush.interval.ms = 1000
+""")
+    log = tmp_path / "mm2.log"
+    (tmp_path / "log4j2.xml").write_text(log4j2_xml(log, "INFO"))
+    lib = classpath(MIRROR_MAKER)[0].parent
+    mm2 = subprocess.Popen(["java", "-Xmx384m", f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.xml'}", "-cp",
+                            f"{lib}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    stop = threading.Event()
+    produced = [5000]
+
+    def keep_producing() -> None:  # mid-stream: records keep arriving while MM2 stops
+        while not stop.is_set():
+            produce(a.bootstrap, topic, 200, PARTS, start=produced[0])
+            produced[0] += 200
+            time.sleep(0.1)
+
+    writer = threading.Thread(target=keep_producing, daemon=True)
+    try:
+        deadline = time.monotonic() + 240
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "watch", "enable.auto.commit": False})
+        seen = 0
+        writer.start()
+        while seen < 8000:  # MM2 is copying: stop it once it copied a good part
+            assert mm2.poll() is None, f"MM2 exited with {mm2.returncode}: see {log}"
+            assert time.monotonic() < deadline, f"MM2 copied only {seen} records: see {log}"
+            try:
+                c.assign([TopicPartition(f"A.{topic}", p, 0) for p in range(PARTS)]) if not seen else None
+                seen += sum(1 for m in c.consume(5000, 0.5) if m.error() is None)
+            except Exception:  # noqa: BLE001 - the topic is not there yet
+                time.sleep(0.5)
+        c.close()
+    finally:
+        os.killpg(mm2.pid, signal.SIGTERM)  # Connect commits its source offsets on a graceful stop
+        try:
+            mm2.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(mm2.pid, signal.SIGKILL)
+            mm2.wait(10)
+    copied = _per_partition(_indexes(b.bootstrap, f"A.{topic}"))  # what MM2 wrote, per partition
+    at_stop = sum(copied.values())
+    stop.set()
+    writer.join(30)
+    total = produced[0]
+    committed = read_mm2_offsets({"bootstrap.servers": b.bootstrap}, "mm2-offsets.A.internal", "A")
+    assert committed, "nothing of MM2's progress found"
+    # written by MM2 but not committed as copied (a partition MM2 committed nothing of starts at earliest)
+    in_flight = sum(copied[p] - committed.get((topic, p), 0) for p in range(PARTS))
+    assert 0 <= in_flight < at_stop, (copied, committed)
+
+    ours = pair_pipeline(f"{topic}-takeover",
+                         {"connector.class": "kafka", "bootstrap.servers": a.bootstrap, "topics": topic,
+                          "cluster.alias": "A", "mm2.offsets.topic": "mm2-offsets.A.internal",
+                          "mm2.offsets.client.bootstrap.servers": b.bootstrap},
+                         {"connector.class": "kafka", "bootstrap.servers": b.bootstrap, "cluster.alias": "B"},
+                         **{"replication.policy": "prefix", "epoch.max.ms": "1500"})
+    driver = make_driver(spark, tmp_path / "ours", ours)
+    deadline = time.monotonic() + 180
+    while True:
+        results = driver.run_epoch()
+        assert all(r.state == "RUNNING" for r in results), [r.trace for r in results]
+        got = _indexes(b.bootstrap, f"A.{topic}", 1.5)
+        if len(set(got)) >= total or time.monotonic() > deadline:
+            break
+    counts = Counter(got)
+    missing = sorted(set(range(total)) - set(counts))
+    duplicates = sum(n - 1 for n in counts.values())
+    print(f"MM2 copied {at_stop}, committed {sum(committed.values())}; total {total}; "
+          f"duplicates {duplicates}, in flight at the stop {in_flight}")
+    assert not missing, f"{len(missing)} missing, first {missing[:5]}"
+    assert duplicates <= in_flight, f"{duplicates} copied twice, more than MM2's {in_flight} in flight"

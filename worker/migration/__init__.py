@@ -1,0 +1,1 @@
+"""Migrations from other tools: ``connect mm2 import`` (MirrorMaker 2)."""
