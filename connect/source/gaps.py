@@ -30,11 +30,23 @@ from connect.config import ConfigDef, Type, one_of
 from connect.errors import ConnectError
 
 __all__ = ["SourceGap", "SourceGapError", "GAP_POLICY_KEY", "FAIL", "REPORT", "gap_keys", "LOG_START", "RECREATED",
-           "OUT_OF_RANGE"]
+           "OUT_OF_RANGE", "IDENTITY_FIELD", "LEDGER_FIELD", "is_bookkeeping_key"]
 
 GAP_POLICY_KEY = "source.gap.policy"
 FAIL = "fail"
 REPORT = "report"
+
+# Fields that mark the worker's own entries among a connector's offsets (not source partitions): a
+# topic's identity as last read (connectors.kafka.gaps) and a partition's gap ledger
+# (worker.runtime.gapledger). The REST offsets view and its PATCH/DELETE leave them out.
+IDENTITY_FIELD = "topic.identity"
+LEDGER_FIELD = "source.gaps.of"
+
+
+def is_bookkeeping_key(key: str) -> bool:
+    """Whether an offsets key (a JSON source partition) is gap bookkeeping rather than a source partition."""
+    return f'"{IDENTITY_FIELD}":' in key or f'"{LEDGER_FIELD}":' in key
+
 
 # causes
 LOG_START = "the source's log start moved past the committed position (retention or DeleteRecords)"

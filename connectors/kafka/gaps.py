@@ -24,7 +24,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from connect.errors import RetriableError
 from connect.records import partition_key
-from connect.source.gaps import LOG_START, RECREATED, SourceGap
+from connect.source.gaps import IDENTITY_FIELD, LOG_START, RECREATED, SourceGap
 
 __all__ = ["identity_key", "GapCheck", "Position"]
 
@@ -36,7 +36,7 @@ Position = tuple[str, int, int]  # topic, partition, next offset to read
 
 def identity_key(topic: str) -> str:
     """The offsets key that holds the identity (topic ID) of ``topic`` as last read."""
-    return partition_key({"topic.identity": topic})
+    return partition_key({IDENTITY_FIELD: topic})
 
 
 class GapCheck:

@@ -48,3 +48,22 @@ def test_a_re_created_topic_is_a_gap_of_unknown_count():
     stored = _apply({}, [_gap(100, None, REPORT, RECREATED)])
     assert gaps_view(stored)[0]["records"] is None and gap_totals(stored) == {("t", "0"): 0.0}
     assert ledger_key("t", "0") in stored
+
+
+def test_gap_bookkeeping_is_not_a_source_partition_to_show_or_alter():
+    """GET /connectors/{name}/offsets lists source partitions only (Kafka Connect's shape), and PATCH
+    refuses to write the worker's topic identities or gap ledgers."""
+    import pytest
+
+    from connect.source.gaps import is_bookkeeping_key
+    from connectors.kafka.gaps import identity_key
+    from worker.herding.bodies import offset_changes
+    from worker.herding.model import BadRequest
+
+    assert is_bookkeeping_key(identity_key("t")) and is_bookkeeping_key(ledger_key("t", "0"))
+    assert not is_bookkeeping_key(KEY)
+    assert not is_bookkeeping_key(partition_key({"topic": "topic.identity", "partition": 0}))  # a topic so named
+    assert offset_changes({"offsets": [{"partition": {"topic": "t", "partition": 0}, "offset": {"offset": 3}}]}) == {
+        KEY: {"offset": 3}}
+    with pytest.raises(BadRequest, match=r"\$\.offsets\[0\]\.partition: names the worker's source-gap bookkeeping"):
+        offset_changes({"offsets": [{"partition": {"topic.identity": "t"}, "offset": {"id": "x"}}]})

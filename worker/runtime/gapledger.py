@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 import orjson
 
 from connect.records import partition_key
-from connect.source.gaps import FAIL
+from connect.source.gaps import FAIL, LEDGER_FIELD
 
 __all__ = ["ledger_key", "is_ledger_key", "ledger_writes", "acknowledge_writes", "gaps_view", "gap_totals",
            "open_gaps"]
@@ -32,7 +32,7 @@ __all__ = ["ledger_key", "is_ledger_key", "ledger_writes", "acknowledge_writes",
 log = logging.getLogger("worker.gaps")
 
 GAPS_KEPT = 100  # per partition; older ones are summed into "earlier_records"
-_FIELD = "source.gaps.of"
+_FIELD = LEDGER_FIELD
 
 
 def ledger_key(topic: str, partition: str) -> str:
