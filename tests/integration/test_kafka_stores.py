@@ -40,6 +40,19 @@ def open_kafka(bootstrap: str, unique: str, **kwargs) -> KafkaStores:
     return KafkaStores(bootstrap, **kwargs)
 
 
+def _open_when_ready(bootstrap: str, unique: str, **kwargs) -> KafkaStores:
+    """Open with a short ``timeout_s`` on a broker just started: its transaction coordinator may
+    still be loading (COORDINATOR_LOAD_IN_PROGRESS, a RetriableError), which is not what is tested."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return open_kafka(bootstrap, unique, **kwargs)
+        except RetriableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def raw_records(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, object, object]]:
     """(partition, key, value) of every record, read to the end of each partition; keys of the
     offset topic and all values JSON-decoded (None: a tombstone)."""
@@ -487,7 +500,7 @@ def test_unacknowledged_writes_raise_change_nothing_here_and_land_whole_before_t
     broker = kafka_broker(port=broker_port, advertised_port=proxy.port, log_path=tmp_path / "kafka.log").start()
     names, stores = topic_names(unique), None
     try:
-        stores = open_kafka(broker.bootstrap, unique, timeout_s=1.5)
+        stores = _open_when_ready(broker.bootstrap, unique, timeout_s=1.5)
         stores.offsets.commit("conn", {"p": {"o": 1}})
         stores.configs.put("conn", {"k": "v"})
 
