@@ -27,6 +27,7 @@ not take in time (queued for re-sending, in order). Building it is the source's 
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any, Callable, Iterator, Mapping
 
 from connect.records import ConnectRecord, make_record
@@ -36,12 +37,19 @@ __all__ = ["NativeBatch", "NativeCodec", "native_allowed"]
 
 class NativeCodec:
     """What a source knows about its client's messages: how to build the record of one, its
-    topic and headers, and the byte count of a list of them. ``topic_getter`` and
-    ``header_getter``: ``topic`` and ``headers`` as plain callables (e.g. the client's own
-    methods), for passes over a whole batch."""
+    topic and headers, and the byte count of a list of them. The getters read one field of a
+    message as plain callables (e.g. the client's own methods), for passes over a whole batch: a
+    sink of another broker reads the messages through them, never through the client's types."""
 
     topic_getter: Callable[[Any], str]
     header_getter: Callable[[Any], list | None]
+    partition_getter: Callable[[Any], int | None]
+    key_getter: Callable[[Any], Any]
+    value_getter: Callable[[Any], Any]
+
+    def timestamps(self, messages: list) -> Iterator[int]:
+        """The timestamp (epoch milliseconds, 0 if none) of each message, in order."""
+        raise NotImplementedError
 
     def record(self, message: Any) -> ConnectRecord:
         raise NotImplementedError
@@ -113,6 +121,16 @@ class NativeBatch:
 
     def payload_bytes(self) -> int:
         return self.codec.payload_bytes(self.items)
+
+    def columns(self) -> tuple[Iterator, Iterator, Iterator, Iterator, Iterator, Iterator]:
+        """(topics, partition hints, keys, headers, values, timestamps) of the messages, in order,
+        the overlays applied: one iterator per field, read with the codec's getters."""
+        items, codec = self.items, self.codec
+        topics = self.topics if self.topics is not None else \
+            repeat(self.topic, len(items)) if self.topic is not None else map(codec.topic_getter, items)
+        headers = self.headers if self.headers is not None else map(codec.header_getter, items)
+        return (iter(topics), map(codec.partition_getter, items), map(codec.key_getter, items), iter(headers),
+                map(codec.value_getter, items), codec.timestamps(items))
 
 
 def native_allowed(source: Any, sink: Any, chain_native: Callable | None | bool, wanted: bool,

@@ -11,6 +11,7 @@ side topic, and rejects alike.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
@@ -37,6 +38,12 @@ class MemoryCodec(NativeCodec):
         self.topic_name = topic
         self.topic_getter = self.topic
         self.header_getter = self.headers
+        self.partition_getter = operator.itemgetter(0)
+        self.key_getter = lambda m: str(m[1]).encode()
+        self.value_getter = lambda m: f"{self.topic_name}-{m[0]}-{m[1]}".encode()
+
+    def timestamps(self, messages: list):
+        return (1_700_000_000_000 + i for _p, i in messages)
 
     def record(self, m: tuple[int, int]) -> ConnectRecord:
         p, i = m

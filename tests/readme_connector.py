@@ -13,19 +13,34 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 from readme_util import python_block
 
+from connect import plugins
 from connect.plugins import register_plugin
 
-__all__ = ["FIRST_LINE", "RECORDS", "REFUSED_OFFSET", "install_readme_sink", "pipeline_config", "check_outcome"]
+__all__ = ["FIRST_LINE", "RECORDS", "REFUSED_OFFSET", "install_readme_sink", "readme_sink", "pipeline_config", "check_outcome"]
 
 FIRST_LINE = "# upper_sink.py (in your package)"
 RECORDS = [(b"k0", b"a"), (b"k1", None), (None, b"b"), (b"k3", b"bad\nline"), (b"k4", b"c")]  # (key, value)
 REFUSED_OFFSET = 3
 EXPECTED_FILE = b"A\nB\nC\n"
+
+
+@contextmanager
+def readme_sink(directory: Path) -> Iterator[ModuleType]:
+    """:func:`install_readme_sink` for the ``with`` block only: afterwards neither the module nor the
+    alias ``upper`` is left behind for later tests (``test_plugins.py`` owns a plugin named ``upper``)."""
+    module = install_readme_sink(directory)
+    try:
+        yield module
+    finally:
+        sys.modules.pop("upper_sink", None)
+        plugins._REGISTERED.pop("upper", None)
 
 
 def install_readme_sink(directory: Path) -> ModuleType:

@@ -110,6 +110,17 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def _data_dir(data_dir, prefix: str):
+    """(the temporary directory to keep alive or None, the broker's data directory): ``data_dir``,
+    or a new temporary directory named ``prefix...`` removed with the broker object."""
+    if data_dir is not None:
+        return None, Path(data_dir)
+    import tempfile
+
+    temp = tempfile.TemporaryDirectory(prefix=prefix)
+    return temp, Path(temp.name)
+
+
 class _Freezable:
     """``freeze`` stops the broker process with SIGSTOP: its sockets stay open and nothing answers
     (a hung broker, a long GC pause, a stalled disk), unlike ``stop`` which closes connections.
@@ -189,15 +200,10 @@ class ApacheKafka(_Freezable):
         self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self.log_path = log_path
         self.heap = heap
-        self._temp = None
-        if data_dir is None:
-            import tempfile
-
-            self._temp = tempfile.TemporaryDirectory(prefix="apache-kafka-")
-            data_dir = self._temp.name
-        self.data_dir = Path(data_dir)
+        self._temp, self.data_dir = _data_dir(data_dir, "apache-kafka-")
         self._props = {"authorizer": authorizer, "extra": dict(extra or {})}
         self._formatted = False
+        self.cluster_id: str | None = None  # the id its storage is formatted with (reported in metadata)
         self.proc: subprocess.Popen | None = None
 
     def _java(self, main: list[str], heap: str) -> list[str]:
@@ -224,7 +230,8 @@ class ApacheKafka(_Freezable):
         config = self._configure()
         if not self._formatted:
             out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-            argv = self._java(["kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config),
+            self.cluster_id = self.cluster_id or cluster_id()
+            argv = self._java(["kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config),
                                "--ignore-formatted"], "128m")
             done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
             if done.returncode != 0:
@@ -397,13 +404,7 @@ class ApachePulsar(_Freezable):
         self.admin_url = f"http://127.0.0.1:{self.web_port}"
         self.cluster, self.partitions, self.log_path = cluster, partitions, log_path
         self.heap, self.direct, self.extra = heap, direct, dict(extra or {})
-        self._temp = None
-        if data_dir is None:
-            import tempfile
-
-            self._temp = tempfile.TemporaryDirectory(prefix="apache-pulsar-")
-            data_dir = self._temp.name
-        self.data_dir = Path(data_dir)
+        self._temp, self.data_dir = _data_dir(data_dir, "apache-pulsar-")
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 240.0) -> ApachePulsar:
@@ -544,13 +545,7 @@ class ApacheRocketMQ:
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
         self.name = name
         self.log_path = log_path
-        self._temp = None
-        if data_dir is None:
-            import tempfile
-
-            self._temp = tempfile.TemporaryDirectory(prefix="apache-rocketmq-")
-            data_dir = self._temp.name
-        self.data_dir = Path(data_dir)
+        self._temp, self.data_dir = _data_dir(data_dir, "apache-rocketmq-")
         self._heaps = (namesrv_heap, broker_heap, direct_memory)
         self._extra = (dict(namesrv_extra or {}), dict(broker_extra or {}))
         self.one_jvm = one_jvm

@@ -39,12 +39,12 @@ Guarantees the framework makes to a sink task:
 
 from __future__ import annotations
 
-import collections
-import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 from connect.records import ConnectRecord, SourceOffset, SourcePartition
+from connect.sink.outcomes import OutcomeQueue
+from connect.sink.resend import InOrderReports
 
 __all__ = ["SinkTask", "SinkTaskContext", "ErrantRecordReporter", "Outstanding", "QueuedOutcomes"]
 
@@ -66,23 +66,25 @@ class Outstanding:
 
 class QueuedOutcomes:
     """For asynchronous sinks whose client reports outcomes on a thread of its own (callbacks,
-    futures): the callbacks only queue them (``_arrive``), and the task's thread serves them
-    (``_serve``, the subclass: handles what is queued, returns how many records it settled, and
-    keeps ``_pending``). This gives the rest of the protocol: ``checkpoint``, ``wait_outcomes``,
-    waiting for room under a pending limit, reporting records transient, and the flush loop.
-    Call ``_init_outcomes`` in ``start``."""
+    futures): the callbacks only queue them (``_arrive``, an :class:`~connect.sink.outcomes.OutcomeQueue`),
+    and the task's thread serves them (``_serve``, the subclass: handles what is queued, returns how
+    many records it settled, and keeps ``_pending``). This gives the rest of the protocol:
+    ``checkpoint``, ``wait_outcomes``, waiting for room under a pending limit, the flush loop, and
+    ``_reports`` (:class:`~connect.sink.resend.InOrderReports`: failures and records not sent,
+    reported so that the runner re-sends them in order). Call ``_init_outcomes`` in ``start``."""
 
     context: SinkTaskContext
 
     def _init_outcomes(self) -> None:
-        self._outcomes: collections.deque = collections.deque()
-        self._arrived = threading.Event()
+        self._outcome_queue = OutcomeQueue()
+        self._outcomes = self._outcome_queue.items  # the callbacks' ``put``, inlined where it is hot
+        self._arrived = self._outcome_queue.arrived
         self._gen = Outstanding()
         self._pending = 0  # records sent whose outcome was not served yet
+        self._reports = InOrderReports(self.context.errant_record_reporter.report)
 
     def _arrive(self, item: Any) -> None:
-        self._outcomes.append(item)
-        self._arrived.set()
+        self._outcome_queue.put(item)
 
     def _serve(self) -> int:
         raise NotImplementedError
@@ -94,9 +96,7 @@ class QueuedOutcomes:
     def wait_outcomes(self, timeout: float) -> None:
         if self._serve() or timeout <= 0:
             return
-        self._arrived.clear()
-        if not self._outcomes:
-            self._arrived.wait(timeout)
+        self._outcome_queue.wait(timeout)
         self._serve()
 
     def _wait_for_room(self, most: int) -> bool:
@@ -107,11 +107,6 @@ class QueuedOutcomes:
                 return False
             self.wait_outcomes(min(left, 0.05))
         return True
-
-    def _report_transient(self, records: Sequence[ConnectRecord], error: BaseException) -> None:
-        report = self.context.errant_record_reporter.report
-        for r in records:
-            report(r, error)
 
     def _settle_all(self) -> bool:
         """Every outcome served, at most ``context.time_left()``; False if time ran out first."""

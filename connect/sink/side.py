@@ -38,13 +38,13 @@ writer keeps the dead letters (its keys then given as ``dlq.*``) - :func:`side_o
 
 from __future__ import annotations
 
-import collections
-import threading
 import time
 from typing import Any, Mapping, Sequence
 
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord
+from connect.sink.outcomes import OutcomeQueue
+from connect.sink.resend import InOrderReports
 
 __all__ = ["SideWriter", "AsyncSideWriter", "QueuedSideWriter", "Failure", "writes_side_outputs", "side_output_issues",
            "side_output_config", "time_left"]
@@ -109,6 +109,7 @@ class AsyncSideWriter(SideWriter):
         self._max_pending = max_pending
         self._unready: ConnectError | None = None  # what the last ``_ready`` raised
         self._ready_again_at = 0.0
+        self._reports = InOrderReports(self._fail)
 
     def _ready(self, deadline: float) -> None:
         """Get ready to send (open the client, look the topic up or create it), waiting at most until
@@ -141,8 +142,7 @@ class AsyncSideWriter(SideWriter):
             except ConnectError as exc:
                 self._unready, self._ready_again_at = exc, time.monotonic() + self.ready_pause_s
         if self._unready is not None:
-            for r in records:
-                self._fail(r, self._unready)
+            self._reports.transient(records, self._unready)
             return
         for i, r in enumerate(records):
             while self._pending >= self._max_pending:
@@ -162,8 +162,7 @@ class AsyncSideWriter(SideWriter):
                 except Exception as exc:  # noqa: BLE001 - classified by the broker's writer
                     error = self._refusal(r, exc)
             if isinstance(error, RetriableError):  # this record and the rest wait, in order
-                for rest in records[i:]:
-                    self._fail(rest, error)
+                self._reports.transient(records[i:], error)
                 return
             self._fail(r, error)
 
@@ -183,21 +182,17 @@ class QueuedSideWriter(AsyncSideWriter):
 
     def __init__(self, topic: str, max_pending: int) -> None:
         super().__init__(topic, max_pending)
-        self._outcomes: collections.deque = collections.deque()
-        self._arrived = threading.Event()
+        self._outcome_queue = OutcomeQueue()
 
     def _arrive(self, record: ConnectRecord, error: BaseException | None) -> None:
-        self._outcomes.append((record, error))
-        self._arrived.set()
+        self._outcome_queue.put((record, error))
 
     def _serve(self, timeout: float) -> None:
-        outcomes = self._outcomes
-        if not outcomes and timeout > 0:
-            self._arrived.clear()
-            if not outcomes:
-                self._arrived.wait(timeout)
-        while outcomes:
-            self._settled(*outcomes.popleft())
+        self._outcome_queue.wait(timeout)
+        self._outcome_queue.drain(self._settle_item)
+
+    def _settle_item(self, item: tuple) -> None:
+        self._settled(*item)
 
 
 def time_left(deadline: float) -> float:

@@ -1,7 +1,8 @@
 """The replication stages as one step over native batches (:class:`~connect.batch.NativeBatch`).
 
-Same decisions as the record stages of ``connect.tasks.replication``, in the same order (origin
-filter, hop limit, one path, origin append, topic naming), taken once per distinct
+The decisions of the record stages of ``connect.tasks.replication``, asked of the same
+:class:`~connect.tasks.replication.FlowRules` (origin filter, hop limit, one path, origin append)
+and :class:`~connect.tasks.replication.TopicNaming`, taken once per distinct
 ``(topic, headers)``: the outcome of a record depends on nothing else, so records without headers
 share one outcome per topic, and records carrying the same origin chain share one computed
 result (the new header list, the target topic). The outcome is written as the batch's overlays
@@ -14,7 +15,7 @@ trace id per record) are decided one by one past that, at the record stages' cos
 from __future__ import annotations
 
 from connect.batch import NativeBatch
-from connect.tasks.replication import TopicNaming, local_topic_name, read_chain
+from connect.tasks.replication import FlowRules, TopicNaming, read_chain
 from connect.tasks.topology import Topology
 
 __all__ = ["FusedReplication"]
@@ -36,6 +37,7 @@ class FusedReplication:
         self.prop = prop
         self.max_hops = max_hops
         self.topology = topology
+        self.rules = FlowRules(source, target, prop=prop, max_hops=max_hops, topology=topology)
         self.naming = TopicNaming(source, target, policy, separator)
         self._cache: dict[str, dict[tuple | None, list | None]] = {}  # topic -> headers -> outcome
 
@@ -43,19 +45,9 @@ class FusedReplication:
         """None (dropped), or the headers to write for a record of ``topic`` with ``headers``
         (its target topic is ``naming.target_topic(topic)``: the topic alone says it)."""
         chain = read_chain(headers, self.prop) if headers else ()
-        if self.target in chain:
+        if not self.rules.keeps(chain, topic) or self.naming.target_topic(topic) is None:
             return _DROP
-        if self.max_hops and len(chain) >= self.max_hops:
-            return _DROP
-        if self.topology is not None and not self.topology.forwards(
-                self.source, self.target, chain[0] if chain else self.source, local_topic_name(topic)):
-            return _DROP
-        if self.naming.target_topic(topic) is None:
-            return _DROP
-        prop = self.prop
-        kept = [h for h in headers if h[0] != prop] if headers else []
-        kept.append((prop, ",".join((*chain, self.source)).encode()))
-        return kept
+        return self.rules.stamped(headers, chain)
 
     def _outcomes(self, topic: str, headers: list) -> list:
         """The outcome (:meth:`decide`) of each of ``headers``, all of records of ``topic``."""

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from connect.records import ConnectRecord, make_record
 from connect.tasks.topology import Topology
 
-__all__ = ["OriginFilter", "HopLimit", "OnePath", "OriginAppend", "TopicNaming", "replication_stages",
+__all__ = ["FlowRules", "OriginFilter", "HopLimit", "OnePath", "OriginAppend", "TopicNaming", "replication_stages",
            "DEFAULT_ORIGIN_PROPERTY", "chain_of", "read_chain", "local_topic_name"]
 
 DEFAULT_ORIGIN_PROPERTY = "ROCKETMQ_REPLICATOR_SOURCE"
@@ -51,6 +51,63 @@ def read_chain(headers, prop: str = DEFAULT_ORIGIN_PROPERTY) -> tuple[str, ...]:
 def chain_of(headers, prop: str = DEFAULT_ORIGIN_PROPERTY) -> list[str]:
     """:func:`read_chain` as a list."""
     return list(read_chain(headers, prop))
+
+
+class FlowRules:
+    """The decisions of the flow ``source -> target`` about one record, by its origin chain and
+    topic, in one place: the record stages each ask the one they own, the native fused step
+    (:mod:`connect.tasks.fused`) asks :meth:`keeps` and :meth:`stamped` (the topic's target name is
+    :class:`TopicNaming`'s)."""
+
+    def __init__(self, source: str, target: str, *, prop: str = DEFAULT_ORIGIN_PROPERTY, max_hops: int = 0,
+                 topology: Topology | None = None):
+        self.source = source
+        self.target = target
+        self.prop = prop
+        self.max_hops = max_hops
+        self.topology = topology
+        self._forwards: dict[tuple[str, str], bool] = {}  # (origin, topic) -> forwards
+        self._values: dict[tuple[str, ...], bytes] = {}  # chain read -> header value written
+
+    def loops(self, chain: tuple[str, ...]) -> bool:
+        """The chain holds the target: writing the record there would loop."""
+        return self.target in chain
+
+    def too_far(self, chain: tuple[str, ...]) -> bool:
+        """The record went through ``max_hops`` copies already (``replication.max.hops``; 0: no limit)."""
+        return bool(self.max_hops) and len(chain) >= self.max_hops
+
+    def forwards(self, chain: tuple[str, ...], topic: str) -> bool:
+        """No other flow of the topology delivers this record to the target (always, without one)."""
+        if self.topology is None:
+            return True
+        key = (chain[0] if chain else self.source, topic)
+        forwards = self._forwards.get(key)
+        if forwards is None:
+            forwards = self.topology.forwards(self.source, self.target, key[0], local_topic_name(topic))
+            if len(self._forwards) < 100_000:
+                self._forwards[key] = forwards
+        return forwards
+
+    def keeps(self, chain: tuple[str, ...], topic: str) -> bool:
+        """Whether a record of ``topic`` with ``chain`` is passed on (before topic naming)."""
+        return not self.loops(chain) and not self.too_far(chain) and self.forwards(chain, topic)
+
+    def chain_value(self, chain: tuple[str, ...]) -> bytes:
+        """The chain header's value after this flow: ``chain`` and the source."""
+        value = self._values.get(chain)
+        if value is None:
+            value = ",".join((*chain, self.source)).encode()
+            if len(self._values) < 10_000:
+                self._values[chain] = value
+        return value
+
+    def stamped(self, headers: list | None, chain: tuple[str, ...]) -> list:
+        """``headers`` with the chain header replaced by :meth:`chain_value` (others kept, in order)."""
+        prop = self.prop
+        kept = [h for h in headers if h[0] != prop] if headers else []
+        kept.append((prop, self.chain_value(chain)))
+        return kept
 
 
 class _Chains:
@@ -112,9 +169,10 @@ class OriginFilter(_ChainStage):
 
     name = "origin filter"
 
-    def __init__(self, chains: _Chains, target: str):
+    def __init__(self, chains: _Chains, target: str, rules: FlowRules | None = None):
         super().__init__(chains)
-        self.target = target
+        self.rules = rules or FlowRules("", target, prop=chains.prop)
+        self.target = self.rules.target
 
     def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
         chains = self.chains.read(batch)  # first of the stages: a batch is read afresh
@@ -124,7 +182,7 @@ class OriginFilter(_ChainStage):
         return self._filter(batch, chains)
 
     def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
-        return self.target not in chain
+        return not self.rules.loops(chain)
 
 
 class HopLimit(_ChainStage):
@@ -132,12 +190,12 @@ class HopLimit(_ChainStage):
 
     name = "hop limit"
 
-    def __init__(self, chains: _Chains, max_hops: int):
+    def __init__(self, chains: _Chains, max_hops: int, rules: FlowRules | None = None):
         super().__init__(chains)
-        self.max_hops = max_hops
+        self.rules = rules or FlowRules("", "", prop=chains.prop, max_hops=max_hops)
 
     def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
-        return len(chain) < self.max_hops
+        return not self.rules.too_far(chain)
 
 
 class OnePath(_ChainStage):
@@ -145,21 +203,12 @@ class OnePath(_ChainStage):
 
     name = "one path"
 
-    def __init__(self, chains: _Chains, topology: Topology, source: str, target: str):
+    def __init__(self, chains: _Chains, topology: Topology, source: str, target: str, rules: FlowRules | None = None):
         super().__init__(chains)
-        self.topology = topology
-        self.source = source
-        self.target = target
-        self._decided: dict[tuple[str, str], bool] = {}  # (origin, topic) -> forwards
+        self.rules = rules or FlowRules(source, target, prop=chains.prop, topology=topology)
 
     def keeps(self, record: ConnectRecord, chain: tuple[str, ...]) -> bool:
-        key = (chain[0] if chain else self.source, record.topic)
-        forwards = self._decided.get(key)
-        if forwards is None:
-            forwards = self.topology.forwards(self.source, self.target, key[0], local_topic_name(record.topic))
-            if len(self._decided) < 100_000:
-                self._decided[key] = forwards
-        return forwards
+        return self.rules.forwards(chain, record.topic)
 
 
 class OriginAppend:
@@ -168,28 +217,20 @@ class OriginAppend:
 
     name = "origin append"
 
-    def __init__(self, chains: _Chains, source: str):
+    def __init__(self, chains: _Chains, source: str, rules: FlowRules | None = None):
         self.chains = chains
-        self.source = source
-        self._values: dict[tuple[str, ...], bytes] = {}  # chain read -> header value written
+        self.rules = rules or FlowRules(source, "", prop=chains.prop)
+        self.source = self.rules.source
 
     def apply(self, batch: list[ConnectRecord], failures: list) -> list[ConnectRecord]:
         chains = self.chains.of(batch)
         self.chains.clear()
-        prop, values = self.chains.prop, self._values
+        stamped = self.rules.stamped
         out = []
         append = out.append
         for r, chain in zip(batch, chains, strict=True):
-            value = values.get(chain)
-            if value is None:
-                value = ",".join((*chain, self.source)).encode()
-                if len(values) < 10_000:
-                    values[chain] = value
-            headers = r.headers
-            kept = [h for h in headers if h[0] != prop] if headers else []
-            kept.append((prop, value))
-            append(make_record(r.topic, r.key, r.value, kept, r.timestamp, r.source_partition, r.source_offset,
-                               r.partition, r.value_schema))
+            append(make_record(r.topic, r.key, r.value, stamped(r.headers, chain), r.timestamp, r.source_partition,
+                               r.source_offset, r.partition, r.value_schema))
         return out
 
     def close(self) -> None:
@@ -252,11 +293,12 @@ def replication_stages(source: str, target: str, *, prop: str = DEFAULT_ORIGIN_P
     if source == target:
         raise ValueError(f"source and target cluster aliases are both {source!r}")
     chains = _Chains(prop)
-    stages: list[Any] = [OriginFilter(chains, target)]
+    rules = FlowRules(source, target, prop=prop, max_hops=max_hops, topology=topology)
+    stages: list[Any] = [OriginFilter(chains, target, rules)]
     if max_hops:
-        stages.append(HopLimit(chains, max_hops))
+        stages.append(HopLimit(chains, max_hops, rules))
     if topology is not None:
-        stages.append(OnePath(chains, topology, source, target))
-    stages.append(OriginAppend(chains, source))
+        stages.append(OnePath(chains, topology, source, target, rules))
+    stages.append(OriginAppend(chains, source, rules))
     stages.append(TopicNaming(source, target, policy, separator))
     return stages

@@ -9,7 +9,8 @@ count (``len(message)`` is the value's length).
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Any, Iterator
 
 from confluent_kafka import Message
 
@@ -23,6 +24,8 @@ _PARTITION = Message.partition
 _TOPIC = Message.topic
 _KEY = Message.key
 _ERROR = Message.error
+_TIMESTAMP = Message.timestamp
+_MS = operator.itemgetter(1)  # Message.timestamp() is (type, milliseconds)
 
 
 class KafkaCodec(NativeCodec):
@@ -32,6 +35,9 @@ class KafkaCodec(NativeCodec):
     def __init__(self, source_partitions: dict[str, dict[int, dict]]):
         self.topic_getter = _TOPIC
         self.header_getter = Message.headers
+        self.partition_getter = _PARTITION
+        self.key_getter = _KEY
+        self.value_getter = Message.value
         self.sp = source_partitions  # topic -> partition -> source partition
         topics = list(source_partitions)
         self.single = topics[0] if len(topics) == 1 else None  # the one topic assigned, if so
@@ -46,6 +52,9 @@ class KafkaCodec(NativeCodec):
 
     def headers(self, m: Any) -> list | None:
         return m.headers()
+
+    def timestamps(self, messages: list) -> Iterator[int]:
+        return map(_MS, map(_TIMESTAMP, messages))
 
     def payload_bytes(self, messages: list) -> int:
         return sum(map(len, messages)) + sum(map(len, filter(None, map(_KEY, messages))))

@@ -32,51 +32,42 @@ import atexit
 import logging
 import threading
 import time
-from collections import deque
 from typing import Any, Callable, Mapping
 
 from confluent_kafka import KafkaException, Producer
+
+from connect.sink.outcomes import OutcomeQueue
 
 __all__ = ["Inbox", "SharedProducer", "SharedProducers", "PRODUCERS"]
 
 log = logging.getLogger(__name__)
 
 
-class Inbox:
-    """One task's delivery reports from a shared producer, handled in the task's thread."""
+def _handle(item: tuple) -> None:
+    handle, err, msg = item
+    handle(err, msg)
 
-    __slots__ = ("items", "arrived")
 
-    def __init__(self) -> None:
-        self.items: deque = deque()
-        self.arrived = threading.Event()
+class Inbox(OutcomeQueue):
+    """One task's delivery reports from a shared producer, handled in the task's thread: each
+    queued item is ``(handle, err, msg)``, handled as ``handle(err, msg)``."""
+
+    __slots__ = ()
 
     def arrive(self, handle: Callable[[Any, Any], Any], err, msg) -> None:
         """The producer's callback (on its poll thread): queue ``handle(err, msg)`` for the task."""
-        self.items.append((handle, err, msg))
-        if not self.arrived.is_set():
-            self.arrived.set()
+        self.put((handle, err, msg))
 
     def serve(self) -> int:
         """Handle every queued report in this thread; how many there were."""
-        items = self.items
-        n = 0
-        while items:
-            handle, err, msg = items.popleft()
-            handle(err, msg)
-            n += 1
-        return n
+        return self.drain(_handle)
 
-    def wait(self, timeout: float) -> int:
+    def wait(self, timeout: float) -> int:  # type: ignore[override]
         """Handle what is queued; when nothing was, wait up to ``timeout`` s for a report and handle it."""
         n = self.serve()
         if n or timeout <= 0:
             return n
-        self.arrived.clear()
-        n = self.serve()  # a report queued before the clear
-        if n:
-            return n
-        self.arrived.wait(timeout)
+        super().wait(timeout)
         return self.serve()
 
 

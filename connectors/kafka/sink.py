@@ -7,17 +7,17 @@
   source topic's partition count (or ``topic.creation.partitions``), and grown when the source
   grows (where the broker supports CreatePartitions); a topic first seen in a batch is created
   with the highest partition hint seen + 1.
-- Every delivery report is tied to its own record: each ``produce`` binds a callback to the
-  record it sends (``functools.partial``), so a failed delivery names exactly that record, never
-  one found again by content, and to the *checkpoint* it was put after (an asynchronous sink,
-  see :mod:`connect.sink`): every report, success or failure, counts its checkpoint's records
-  down, so the runner commits up to the last checkpoint with nothing in flight, and an epoch
-  ends without draining the producer. ``flush`` (final drains, the dead-letter topic) waits
-  until librdkafka holds no message or the epoch's time is up.
-- Native batches (``put_native``, ``connect.batch``): a Kafka source's consumed messages are
-  produced as they are, with the same bookkeeping as ``put``; a message's report is bound to it by
-  a reusable delivery slot (``connectors.kafka.delivery``) instead of a ``partial``, and its record
-  is built only when it fails or is not handed over.
+- Every delivery report is tied to its own record: each ``produce`` binds its callback to the
+  message it sends by a reusable delivery slot (``connectors.kafka.delivery``: the put, the
+  message's index in it), so a failed delivery names exactly that record, never one found again
+  by content, and to the *checkpoint* it was put after (an asynchronous sink, see
+  :mod:`connect.sink`): every report, success or failure, counts its checkpoint's records down, so
+  the runner commits up to the last checkpoint with nothing in flight, and an epoch ends without
+  draining the producer. ``flush`` (final drains, the dead-letter topic) waits until librdkafka
+  holds no message or the epoch's time is up.
+- Records (``put``) and native batches (``put_native``, ``connect.batch``: a Kafka source's
+  consumed messages, produced as they are) meet in one loop (``_produce``); a native message's
+  record is built only when it fails or is not handed over.
 - Failures are sorted as the runner needs them: transient ones (timeouts, transport, leader
   changes, a full queue, fatal producer states - see :func:`is_permanent`) are reported as
   :class:`~connect.errors.RetriableError` and re-sent; only errors that will never succeed for
@@ -31,12 +31,14 @@
   sink owns the delivery timeout: a ``message.timeout.ms`` (or ``delivery.timeout.ms``) set through
   ``producer.override.`` / ``client.override.`` is enforced here, librdkafka getting 0. When the
   oldest unacknowledged record has been outstanding for longer, when a record fails transiently,
-  when a record cannot be handed to the producer while earlier ones are outstanding, or when the
-  producer is in a fatal state, the producer is *abandoned*: everything queued and in flight is
-  purged, every failed record is reported transient in put order (each produce carries its put
-  sequence; a purge reports in no useful order), the rest of a batch being put is reported after
-  them, the producer is never pooled again and a fresh one (fresh idempotence sequence numbers)
-  takes over. The runner re-sends them in that order before it puts anything new.
+  or when the producer is in a fatal state, the producer is *abandoned*: everything queued and in
+  flight is purged, every failed record is reported transient in put order
+  (:class:`connect.sink.resend.InOrderReports`: each produce carries its place in put order; a purge
+  reports in no useful order), the producer is never pooled again and a fresh one (fresh
+  idempotence sequence numbers) takes over. The runner re-sends them in that order before it puts
+  anything new. Records a put could not hand to the producer (no room until the deadline, a target
+  that cannot be looked up, a put after an abandonment) are reported not sent
+  (:class:`~connect.errors.NotSentError`): the runner re-sends them behind every earlier record.
 """
 
 from __future__ import annotations
@@ -46,17 +48,17 @@ import operator
 import threading
 import time
 from collections import deque
-from functools import partial
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 
 from connect.batch import NativeBatch
 from connect.config import ConfigDef
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, DeliveryError, RetriableError, RetriesExhaustedError
+from connect.errors import ConfigIssue, DeliveryError, NotSentError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
+from connect.sink.resend import InOrderReports
 from connect.sink.routing import TopicRouter
 from connectors.kafka.clients import POOL, client_config
 from connectors.kafka.delivery import DeliverySlots
@@ -79,7 +81,8 @@ __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 log = logging.getLogger(__name__)
 
 _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
-_PUT_ORDER = operator.itemgetter(0, 1)  # (put sequence, index in the put) of a held failure
+# What ``_produce`` reads of a record (a native batch's messages: ``NativeBatch.columns``).
+_RECORD_FIELDS = operator.attrgetter("topic", "partition", "key", "value", "headers", "timestamp")
 
 
 class _Put:
@@ -149,7 +152,9 @@ class KafkaSinkTask(SinkTask):
         self._gen = Outstanding()
         self._puts: deque[_Put] = deque()  # puts whose records may lack an outcome, oldest first
         self._seq = 0  # put order
-        self._held: list = []  # transient failures served, reported in put order when the producer is abandoned
+        # transient failures served, held until the producer is abandoned, then reported in put order
+        # ((put sequence, index in the put)); records never handed over are reported not sent
+        self._reports = InOrderReports(context.errant_record_reporter.report)
         # A shared producer's reports come through the task's inbox (connectors.kafka.producers); a
         # delivery timeout purges a producer, so a task with one keeps its own.
         self._shared = PRODUCERS.acquire(self._conf) if cfg["producer.shared"] and not self._timeout else None
@@ -165,17 +170,17 @@ class KafkaSinkTask(SinkTask):
         self._warned_small: set[str] = set()
         self._positions = context.positions
 
-    def _on_delivery(self, record: ConnectRecord, put: _Put, i: int, err: KafkaError | None, msg) -> None:
-        """Bound to its record, its put and its index in that put by ``partial`` at produce time;
-        librdkafka calls it once per record. A failure is reported before its checkpoint counts it
-        (a transient one is held, and counted, until the producer is abandoned)."""
+    def _on_outcome(self, batch, i: int, put: _Put, err: KafkaError | None, msg) -> bool:
+        """The report of message ``i`` of ``batch`` (a put's records, or a native batch), through its
+        delivery slot: a failure, or a success that offset syncs follow. A failure is reported before
+        its checkpoint counts it; True: a transient failure, held (and counted) until the producer is
+        abandoned."""
+        record = batch[i]  # a native batch builds it now, for this message only
         if err is not None:
-            if self._failed_delivery(record, put, i, err, msg):
-                return
-        elif self._positions is not None:  # offset syncs: where it landed
+            return self._failed_delivery(record, put, i, err, msg)
+        if self._positions is not None:  # offset syncs: where it landed
             self._positions.ack(record, msg.topic(), msg.partition(), msg.offset())
-        put.left -= 1
-        put.gen.left -= 1
+        return False
 
     def _failed_delivery(self, record: ConnectRecord, put: _Put, i: int, err: KafkaError, msg) -> bool:
         """Report a permanent failure now (False); hold a transient one for ``_abandon`` (True):
@@ -196,73 +201,116 @@ class KafkaSinkTask(SinkTask):
             if self._broken is None:
                 state = "fatal producer state" if err.fatal() or err.code() in BROKEN_PRODUCER else "transient failure"
                 self._broken = f"not confirmed: the producer was abandoned after a {state} ({err.name()} on {where})"
-        self._held.append((put.seq, i, record, RetriableError(text), put))
+        self._reports.hold((put.seq, i), record, RetriableError(text), put)
         return True
 
     # -- topics ---------------------------------------------------------------------------
-    def _target(self, source_topic: str, batch: Sequence[ConnectRecord]) -> tuple[str, int]:
-        """(target topic, its partition count), creating it if needed; cached per source topic."""
+    def _target(self, source_topic: str, hint: Callable[[str], int]) -> tuple[str, int]:
+        """(target topic, its partition count), creating it if needed (with ``hint(source_topic)`` + 1
+        partitions at least: the highest partition hint of the put); cached per source topic."""
         topic = self._route(source_topic)
-        seen = max((r.partition for r in batch if r.topic == source_topic and r.partition is not None), default=0) + 1
-        target = self._targets[source_topic] = (topic, self._topics.ensure(topic, seen))
+        target = self._targets[source_topic] = (topic, self._topics.ensure(topic, hint(source_topic) + 1))
         return target
 
-    # -- data -----------------------------------------------------------------------------
+    # -- data: records and native batches meet in one loop (``_produce``) ------------------------
     def put(self, records: Sequence[ConnectRecord]) -> None:
+        def hint(topic: str) -> int:
+            return max((r.partition for r in records if r.topic == topic and r.partition is not None), default=0)
+
+        self._produce(records, map(_RECORD_FIELDS, records), len(records), lambda: {r.topic for r in records},
+                      hint, lambda i: records[i:])
+
+    # Kafka's native batches (``connectors.kafka.native``): produced straight from the consumed
+    # messages, a record built only for a message that fails or is not handed over.
+    native_kinds = frozenset({KIND})
+    _slots: DeliverySlots | None = None
+
+    def put_native(self, batch: NativeBatch) -> None:
+        """``put`` for a batch of consumed Kafka messages: the same fields as ``put`` takes from
+        records (value, key, headers or a stage's overlay, timestamp, partition hint, topic or a
+        stage's overlay), read with ``NativeBatch.columns``, through the same loop."""
+        items = batch.items
+
+        def topics() -> set:
+            names = batch.topics
+            return {batch.topic} if names is None and batch.topic is not None else \
+                set(names) if names is not None else {m.topic() for m in items}
+
+        def hint(topic: str) -> int:
+            return max((m.partition() for i, m in enumerate(items) if batch.topic_of(i) == topic), default=0)
+
+        topic, part, key, headers, value, ts = batch.columns()
+        self._produce(batch, zip(topic, part, key, value, headers, ts, strict=True), len(items), topics, hint, batch.records)
+
+    def _produce(self, batch, fields: Iterator[tuple], total: int, topics: Callable[[], set],
+                 hint: Callable[[str], int], rest: Callable[[int], Sequence[ConnectRecord]]) -> None:
+        """Hand ``total`` messages to the producer, in order, each from its ``fields`` (source topic,
+        partition hint, key, value, headers, timestamp): a ``_Put`` in put order, each report tied to
+        its message by a delivery slot (``connectors.kafka.delivery``: ``batch[i]`` is the record of
+        message ``i``, built only when a report needs it), a transient failure held until the
+        producer is abandoned. ``rest(i)``: the records from ``i`` on (reported not sent)."""
         lock = None
         if self._shared is not None and not self._must_abandon():
-            lock = self._enter_shared(len(records), {r.topic for r in records}, lambda t: self._target(t, records))
+            lock = self._enter_shared(total, topics(), lambda t: self._target(t, hint))
         if self._must_abandon():
             # Earlier records fail now: this batch goes behind them, as a whole.
             if lock is not None:
                 lock.release()
             why = self._abandon()
-            self._report_transient(records, RetriableError(f"not sent: earlier records are re-sent first ({why})"))
+            self._reports.not_sent(rest(0), f"not sent: earlier records are re-sent first ({why})")
             return
         produce = self._producer.produce
-        wrap = self._wrap
+        slots = self._slots or self._new_slots()
+        free, take = slots.free, slots.take
         targets = self._targets
         preserve = self._cfg["partition.preserve"]
         gen = self._gen
         put = _Put(self._seq, gen)
         self._seq += 1
         self._puts.append(put)
-        on_delivery = self._on_delivery
+        name = topic = None
+        partitions = 0
         sent = 0  # handed to the producer: each one's report counts its put and checkpoint down
-        fail: tuple[int, RetriableError] | None = None  # from this record on, nothing is handed over
+        fail: tuple[int, RetriableError] | None = None  # from this message on, nothing is handed over
         try:
-            for i, r in enumerate(records):
-                target = targets.get(r.topic)
-                if target is None:
-                    try:
-                        target = self._target(r.topic, records)
-                    except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
-                        fail = (i, exc)
-                        break
-                    if not sent:
-                        put.at = time.monotonic()  # its age counts from the first produce, not the lookup
-                topic, count = target
-                part = r.partition
+            for i, (source_topic, part, key, value, headers, ts) in enumerate(fields):
+                if source_topic is not name:  # routed as the previous message when its topic is the same object
+                    target = targets.get(source_topic)
+                    if target is None:
+                        try:
+                            target = self._target(source_topic, hint)
+                        except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
+                            fail = (i, exc)
+                            break
+                        if not sent:
+                            put.at = time.monotonic()  # its age counts from the first produce, not the lookup
+                    name = source_topic
+                    topic, partitions = target
                 if part is None or not preserve:
                     part = -1
-                elif part >= count:
-                    self._warn_fewer_partitions(topic, count)
+                elif part >= partitions:
+                    self._warn_fewer_partitions(topic, partitions)
                     part = -1
-                headers = r.headers
                 if headers is not None and headers.__class__ is not list:
                     headers = list(headers)
                 try:
-                    report = partial(on_delivery, r, put, i)
-                    produce(topic, r.value, r.key, partition=part,
-                            on_delivery=report if wrap is None else partial(wrap, report),
-                            timestamp=r.timestamp or 0, headers=headers)
+                    slot = free.pop()
+                except IndexError:
+                    slot = take()
+                slot.batch = batch
+                slot.i = i
+                slot.put = put
+                try:
+                    produce(topic, value, key, partition=part, on_delivery=slot.report, timestamp=ts or 0,
+                            headers=headers)
                     sent += 1
                 except (BufferError, KafkaException, TypeError, ValueError) as exc:
+                    slots.give_back(slot)
                     put.left += sent  # counted before a wait for room serves their reports
                     gen.left += sent
                     sent = 0
                     try:
-                        sent = self._produce_refused(topic, r, part, headers, exc, put, i, len(records))
+                        sent = self._produce_refused(topic, batch, part, headers, exc, put, i, total)
                     except RetriableError as again:
                         fail = (i, again)
                         break
@@ -272,50 +320,50 @@ class KafkaSinkTask(SinkTask):
             if lock is not None:
                 lock.release()
         if fail is not None:
-            self._fail_rest(records[fail[0]:], fail[1])
+            self._fail_rest(rest(fail[0]), fail[1])
             return
         self._serve_now()
         if self._broken is not None:  # a report just served: abandon now, the runner takes it after this put
             self._abandon()
 
+    def _new_slots(self) -> DeliverySlots:
+        self._slots = DeliverySlots(self._on_outcome, follow_successes=self._positions is not None,
+                                    inbox=self._inbox)
+        return self._slots
+
     def _fail_rest(self, rest: Sequence[ConnectRecord], error: RetriableError) -> None:
-        """Records that could not be handed to the producer: reported transient, in order, after
-        every earlier record still without an outcome (the producer is abandoned for them, else
-        one of those failing later would be re-sent behind these)."""
+        """Records that could not be handed to the producer: reported not sent (the runner re-sends
+        them once every earlier record has an outcome, behind those that fail), after the failures
+        of an abandoned producer."""
         if self._must_abandon():
             self._abandon()
-        elif self._shared is not None:
-            pass  # no delivery timeout: the earlier records are delivered before these are re-sent, in order
-        elif self._held or self._oldest() is not None:
-            self._abandon(f"not confirmed: the producer was abandoned as later records could not be handed to it "
-                          f"({error})")
-        self._report_transient(rest, error)
+        self._reports.not_sent(rest, str(error), backpressure=getattr(error, "backpressure", False))
 
-    def _produce_refused(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, put: _Put, i: int,
+    def _produce_refused(self, topic: str, batch, part: int, headers, exc: Exception, put: _Put, i: int,
                          total: int) -> bool:
-        """Record ``i`` of the ``total`` of a put, whose produce raised ``exc``: a full queue is
+        """Message ``i`` of the ``total`` of a put, whose produce raised ``exc``: a full queue is
         waited on until the epoch's time is up, any other refusal takes the rare paths
         (``_produce_odd``). True if the record was handed to the producer after all; raises
         RetriableError when it and the rest of the put wait, in order."""
         if not isinstance(exc, BufferError):
-            return self._produce_odd(topic, r, part, headers, exc, put, i)
-        if not self._produce_when_room(topic, r, part, headers, put, i):
-            raise RetriableError(f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
-                                 f"{total - i} record(s) not sent yet")
+            return self._produce_odd(topic, batch, part, headers, exc, put, i)
+        if not self._produce_when_room(topic, batch, part, headers, put, i):
+            raise NotSentError(f"producer queue full (queue.buffering.max.messages) until the epoch deadline; "
+                               f"{total - i} record(s) not sent yet", backpressure=True)
         return True
 
-    def _produce_odd(self, topic: str, r: ConnectRecord, part: int, headers, exc: Exception, put: _Put, i: int
-                     ) -> bool:
+    def _produce_odd(self, topic: str, batch, part: int, headers, exc: Exception, put: _Put, i: int) -> bool:
         """The rare paths: bytes-like payloads librdkafka does not take as they are, or a record
         refused before sending (larger than message.max.bytes, a payload that is no bytes).
         True if the record was handed to the producer after all; raises RetriableError when it
         was refused for a reason that may pass (it and the rest of its batch wait, in order)."""
+        r = batch[i]
         key, value = r.key, r.value
         if isinstance(key, (bytearray, memoryview)) or isinstance(value, (bytearray, memoryview)):
             key = bytes(key) if isinstance(key, (bytearray, memoryview)) else key
             value = bytes(value) if isinstance(value, (bytearray, memoryview)) else value
             try:
-                self._produce_bound(topic, value, key, part, headers, r, put, i)
+                self._produce_bound(topic, value, key, part, headers, batch, put, i)
                 return True
             except (KafkaException, TypeError, ValueError) as again:
                 exc = again
@@ -330,16 +378,22 @@ class KafkaSinkTask(SinkTask):
         self.context.errant_record_reporter.report(r, error)
         return False
 
-    def _produce_bound(self, topic: str, value, key, part: int, headers, r: ConnectRecord, put: _Put, i: int
-                       ) -> None:
-        """One produce off the hot path (``put`` inlines the same call), its report bound to ``r``, ``put``, ``i``."""
-        report = partial(self._on_delivery, r, put, i)
-        self._producer.produce(topic, value, key, partition=part,
-                               on_delivery=report if self._wrap is None else partial(self._wrap, report),
-                               timestamp=r.timestamp or 0, headers=headers)
+    def _produce_bound(self, topic: str, value, key, part: int, headers, batch, put: _Put, i: int) -> None:
+        """One produce off the hot path (``_produce`` inlines the same call), its report bound to
+        message ``i`` of ``batch`` and ``put`` by a delivery slot."""
+        slots = self._slots or self._new_slots()
+        slot = slots.take()
+        slot.batch, slot.i, slot.put = batch, i, put
+        try:
+            self._producer.produce(topic, value, key, partition=part, on_delivery=slot.report,
+                                   timestamp=batch[i].timestamp or 0, headers=headers)
+        except BaseException:
+            slots.give_back(slot)
+            raise
 
-    def _produce_when_room(self, topic: str, r: ConnectRecord, part: int, headers, put: _Put, i: int) -> bool:
+    def _produce_when_room(self, topic: str, batch, part: int, headers, put: _Put, i: int) -> bool:
         """False at the epoch deadline, or when the producer must be abandoned meanwhile."""
+        r = batch[i]
         while True:
             left = self.context.time_left()
             if self._shared is not None:  # room is made by the producer's thread: wait without its lock
@@ -353,145 +407,17 @@ class KafkaSinkTask(SinkTask):
             if self._must_abandon():
                 return False
             try:
-                self._produce_bound(topic, r.value, r.key, part, headers, r, put, i)
+                self._produce_bound(topic, r.value, r.key, part, headers, batch, put, i)
                 return True
             except BufferError:
                 if left <= 0:
                     return False
-
-    def _report_transient(self, records: Sequence[ConnectRecord], error: RetriableError) -> None:
-        """Records not handed to the producer: the runner re-sends them, in order."""
-        report = self.context.errant_record_reporter.report
-        for r in records:
-            report(r, error)
 
     def _warn_fewer_partitions(self, topic: str, count: int) -> None:
         if topic not in self._warned_small:
             self._warned_small.add(topic)
             log.warning("target topic %s has %d partition(s), fewer than the source; "
                         "records beyond them are partitioned by key", topic, count)
-
-    # -- native batches (``connectors.kafka.native``): produce straight from consumed messages ----
-    native_kinds = frozenset({KIND})
-    _slots: DeliverySlots | None = None
-
-    def put_native(self, batch: NativeBatch) -> None:
-        """``put`` for a batch of consumed Kafka messages, with the same bookkeeping (a ``_Put`` in
-        put order, each report tied to its message and its index in the put; a transient failure
-        held until the producer is abandoned): value, key, headers (or the overlay a header-only
-        stage set), timestamp and partition hint as ``put`` takes them from records; each report
-        bound by a delivery slot (``connectors.kafka.delivery``) instead of a ``partial``; a record
-        is built only for a message that fails or is not handed over."""
-        lock = None
-        if self._shared is not None and not self._must_abandon():
-            names = batch.topics
-            topics = {batch.topic} if names is None and batch.topic is not None else \
-                set(names) if names is not None else {m.topic() for m in batch.items}
-            lock = self._enter_shared(len(batch.items), topics, lambda t: self._native_target(t, batch))
-        if self._must_abandon():
-            if lock is not None:
-                lock.release()
-            why = self._abandon()
-            self._report_transient(batch.records(), RetriableError(f"not sent: earlier records are re-sent first "
-                                                                   f"({why})"))
-            return
-        produce = self._producer.produce
-        slots = self._slots or self._new_slots()
-        free, take = slots.free, slots.take
-        targets = self._targets
-        preserve = self._cfg["partition.preserve"]
-        gen = self._gen
-        put = _Put(self._seq, gen)
-        self._seq += 1
-        self._puts.append(put)
-        items, names, heads = batch.items, batch.topics, batch.headers
-        fixed = names is None and batch.topic is not None
-        target = None
-        sent = 0  # handed to the producer: each one's report counts its put and checkpoint down
-        fail: tuple[int, RetriableError] | None = None  # from this message on, nothing is handed over
-        try:
-            if fixed:  # one topic: routed once
-                try:
-                    target = targets.get(batch.topic) or self._native_target(batch.topic, batch)
-                except RetriableError as exc:  # target metadata unreachable: the batch waits, in order
-                    fail = (0, exc)
-                    items = ()
-                put.at = time.monotonic()
-            for i, m in enumerate(items):
-                if fixed:
-                    topic, count = target
-                else:
-                    name = names[i] if names is not None else m.topic()
-                    target = targets.get(name)
-                    if target is None:
-                        try:
-                            target = self._native_target(name, batch)
-                        except RetriableError as exc:  # target metadata unreachable: the rest waits, in order
-                            fail = (i, exc)
-                            break
-                        if not sent:
-                            put.at = time.monotonic()  # its age counts from the first produce, not the lookup
-                    topic, count = target
-                part = m.partition() if preserve else -1
-                if part >= count:
-                    self._warn_fewer_partitions(topic, count)
-                    part = -1
-                try:
-                    slot = free.pop()
-                except IndexError:
-                    slot = take()
-                slot.batch = batch
-                slot.i = i
-                slot.put = put
-                headers = heads[i] if heads is not None else m.headers()
-                try:
-                    produce(topic, m.value(), m.key(), partition=part, on_delivery=slot.report,
-                            timestamp=m.timestamp()[1], headers=headers)
-                    sent += 1
-                except (BufferError, KafkaException, TypeError, ValueError) as exc:
-                    slots.give_back(slot)
-                    put.left += sent  # counted before a wait for room serves their reports
-                    gen.left += sent
-                    sent = 0
-                    try:
-                        sent = self._produce_refused(topic, batch.record(i), part, headers, exc, put, i, len(items))
-                    except RetriableError as again:
-                        fail = (i, again)
-                        break
-        finally:
-            put.left += sent
-            gen.left += sent
-            if lock is not None:
-                lock.release()
-        if fail is not None:
-            self._fail_rest(batch.records(fail[0]), fail[1])
-            return
-        self._serve_now()
-        if self._broken is not None:  # a report just served: abandon now, the runner takes it after this put
-            self._abandon()
-
-    def _new_slots(self) -> DeliverySlots:
-        self._slots = DeliverySlots(self._on_native_outcome, follow_successes=self._positions is not None,
-                                    inbox=self._inbox)
-        return self._slots
-
-    def _on_native_outcome(self, batch: NativeBatch, i: int, put: _Put, err: KafkaError | None, msg) -> bool:
-        """A failed delivery (or a success that offset syncs follow) of message ``i`` of ``batch``,
-        as ``_on_delivery`` handles a record's; True: a transient failure held (not counted yet)."""
-        record = batch.record(i)
-        if err is not None:
-            return self._failed_delivery(record, put, i, err, msg)
-        if self._positions is not None:
-            self._positions.ack(record, msg.topic(), msg.partition(), msg.offset())
-        return False
-
-    def _native_target(self, source_topic: str, batch: NativeBatch) -> tuple[str, int]:
-        """(target topic, its partition count) of ``source_topic``, created if needed (``_target``)."""
-        topic = self._route(source_topic)
-        items = batch.items
-        seen = max((m.partition() for i, m in enumerate(items) if batch.topic_of(i) == source_topic), default=0) + 1
-        target = self._targets[source_topic] = (topic, self._topics.ensure(topic, seen))
-        return target
 
     def checkpoint(self):
         gen, self._gen = self._gen, Outstanding()
@@ -585,7 +511,7 @@ class KafkaSinkTask(SinkTask):
         transient failures count as one), at most ``seconds``, or (``until_abandon``) until the
         producer must be abandoned; True when every record has one."""
         deadline = time.monotonic() + seconds
-        while self._unsettled() > len(self._held):
+        while self._unsettled() > len(self._reports):
             left = deadline - time.monotonic()
             if left <= 0 or (until_abandon and self._must_abandon()):
                 return False
@@ -645,11 +571,7 @@ class KafkaSinkTask(SinkTask):
     def _report_held(self, why: str, left: int) -> None:
         """After an abandonment: every held or purged record reported transient, in put order."""
         self._broken = None
-        held, self._held = self._held, []
-        held.sort(key=_PUT_ORDER)
-        report = self.context.errant_record_reporter.report
-        for _seq, _i, record, error, put in held:
-            report(record, error)
+        for put in self._reports.report_held():
             put.left -= 1
             put.gen.left -= 1
         if left != 0:
@@ -674,7 +596,7 @@ class KafkaSinkTask(SinkTask):
             self._settle(10)
         finally:
             self._purging = None
-        self._report_held(why, self._unsettled() - len(self._held))
+        self._report_held(why, self._unsettled() - len(self._reports))
         fresh = PRODUCERS.acquire(self._conf)
         self._shared, self._producer = fresh, fresh.producer
         PRODUCERS.release(shared)

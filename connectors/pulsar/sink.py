@@ -54,8 +54,6 @@ from collections import deque
 from itertools import repeat
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from confluent_kafka import Message
-
 from connect.batch import NativeBatch
 from connect.config import ConfigDef
 from connect.connector import SinkConnector
@@ -75,11 +73,8 @@ __all__ = ["PulsarSinkConnector", "PulsarSinkTask"]
 
 log = logging.getLogger(__name__)
 
-# What ``_send`` reads of a record, and of a consumed Kafka message (at C speed over a batch).
+# What ``_send`` reads of a record (a native batch's messages are read with its codec's getters).
 _RECORD_FIELDS = operator.attrgetter("topic", "partition", "value_schema", "key", "headers", "value", "timestamp")
-_TOPIC, _PARTITION, _KEY, _HEADERS, _VALUE, _TIMESTAMP = (
-    Message.topic, Message.partition, Message.key, Message.headers, Message.value, Message.timestamp)
-_TIME = operator.itemgetter(1)  # Message.timestamp() is (type, milliseconds)
 
 class PulsarSinkConnector(SinkConnector):
     @classmethod
@@ -162,6 +157,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         self._producers: dict[str, _Producer] = {}  # target (partition) topic -> its producer
         self._timeout_ms = cfg["send.timeout.ms"]  # the sink's (the client's producers get none)
         self._failing: list[_Producer] = []  # producers with a transient failure served: abandoned next
+        self._held_seq = 0  # transient failures held (self._reports), in the order served
         self._abandons = 0  # producers abandoned so far (a put sees whether one was, meanwhile)
         self._creating: dict[str, list] = {}  # topic -> [future of its producer, schema, a put waited already]
         declared = cfg["value.schema.type"].upper()
@@ -254,15 +250,11 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
     def put_native(self, batch: NativeBatch) -> None:
         """``put`` for a batch of consumed Kafka messages: the same fields as ``put`` takes from a
         record (topic or a stage's overlay, partition, key, headers or a stage's overlay, value,
-        timestamp), read from the messages at C speed; a record is built only for a message that
-        fails, is refused or is not sent."""
-        items = batch.items
-        topics = batch.topics if batch.topics is not None else \
-            repeat(batch.topic) if batch.topic is not None else map(_TOPIC, items)
-        headers = batch.headers if batch.headers is not None else map(_HEADERS, items)
-        fields = zip(topics, map(_PARTITION, items), repeat(None), map(_KEY, items), headers, map(_VALUE, items),
-                     map(_TIME, map(_TIMESTAMP, items)))
-        self._send(fields, batch.record, batch.records, len(items))
+        timestamp), read with the batch's getters (``NativeBatch.columns``) at the client's C
+        speed; a record is built only for a message that fails, is refused or is not sent."""
+        topics, partitions, keys, headers, values, timestamps = batch.columns()
+        fields = zip(topics, partitions, repeat(None), keys, headers, values, timestamps)
+        self._send(fields, batch.record, batch.records, len(batch.items))
 
     def _send(self, fields: Iterator[tuple], record_at: Callable[[int], ConnectRecord],
               rest: Callable[[int], Sequence[ConnectRecord]], count: int) -> None:
@@ -294,9 +286,9 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                         self._behind_abandoned(rest(i))
                         break
                     if not room:
-                        self._report_transient(rest(i), RetriableError(
-                            f"{self._pending} sends without an outcome (max.pending.messages) until the epoch "
-                            f"deadline; {count - i} record(s) not sent yet"))
+                        self._reports.not_sent(rest(i), f"{self._pending} sends without an outcome "
+                                               f"(max.pending.messages) until the epoch deadline; {count - i} "
+                                               "record(s) not sent yet", backpressure=True)
                         break
                     now = time.monotonic()
                 schema = schema or declared
@@ -309,7 +301,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                             topic = partition_topic(topic, part)
                         state = self._producer(topic, schema)
                     except RetriableError as exc:  # target unreachable: this record and the rest wait, in order
-                        self._report_transient(rest(i), exc)
+                        self._reports.not_sent(rest(i), str(exc))
                         break
                     except IllegalTopicName as exc:  # no Pulsar will take it: permanent, with the fix in the message
                         reporter.report(record_at(i), exc)
@@ -356,17 +348,16 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
     def _behind_abandoned(self, records: Sequence[ConnectRecord]) -> None:
         """``records`` were not sent because a producer was abandoned meanwhile: they go behind the
         abandoned producer's records, which are re-sent first."""
-        self._report_transient(records, RetriableError("not sent: earlier records are re-sent first (a producer was "
-                                                       "abandoned)"))
+        self._reports.not_sent(records, "not sent: earlier records are re-sent first (a producer was abandoned)")
 
     def _refused(self, r: ConnectRecord, rest: Callable[[int], Sequence[ConnectRecord]], i: int,
                  exc: Exception) -> None:
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, (self._pulsar.MessageTooBig, TypeError, ValueError)):
             self.context.errant_record_reporter.report(r, DeliveryError(f"record {r.position()} refused: {text}"))
-            self._report_transient(rest(i + 1), RetriableError("sent after a refused record"))
+            self._reports.not_sent(rest(i + 1), "not sent yet: behind a refused record")
         else:
-            self._report_transient(rest(i), RetriableError(f"record {r.position()} not sent: {text}"))
+            self._reports.not_sent(rest(i), f"record {r.position()} not sent: {text}")
 
     def _serve(self) -> int:
         served = self._serve_queued()
@@ -375,6 +366,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
             if state.abandoned is None:
                 served += self._abandon(state, "not confirmed: the producer was abandoned after a transient failure "
                                                "of an earlier send")
+        self._reports.report_held()  # every producer they were sent by is abandoned
         return served
 
     def _serve_queued(self) -> int:
@@ -389,12 +381,15 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                 state.sent_at.popleft()  # a producer's outcomes come in its send order
             if res != ok:
                 r = record_at(i)
-                if state.abandoned is not None and res not in permanent:
-                    self.context.errant_record_reporter.report(r, RetriableError(
-                        f"record {r.position()} {state.abandoned}; re-sent in order"))
-                else:
-                    self._report(r, res, permanent)
-                    if res not in permanent:
+                if res in permanent:
+                    self.context.errant_record_reporter.report(r, DeliveryError(
+                        f"record {r.position()} refused by Pulsar: {res}"))
+                else:  # held until its producer is abandoned (served in its send order)
+                    self._held_seq += 1
+                    self._reports.hold(self._held_seq, r, RetriableError(
+                        f"record {r.position()} {state.abandoned}; re-sent in order" if state.abandoned is not None
+                        else f"record {r.position()} not delivered: {res}"))
+                    if state.abandoned is None:
                         self._failing.append(state)
             elif positions is not None:  # offset syncs: where it landed
                 self._ack_position(positions, record_at(i), mid, state.topic)
@@ -412,8 +407,11 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         if self._timeout_ms <= 0:
             return
         limit = time.monotonic() - self._timeout_ms / 1000
-        for state in [s for s in self._producers.values() if s.sent_at and s.sent_at[0] < limit]:
+        expired = [s for s in self._producers.values() if s.sent_at and s.sent_at[0] < limit]
+        for state in expired:
             self._abandon(state, f"timed out after {self._timeout_ms} ms (send.timeout.ms): the producer was abandoned")
+        if expired:
+            self._serve()  # a failure of another producer served meanwhile; the held ones reported
 
     def _abandon(self, state: _Producer, why: str) -> int:
         """Close the producer (on a thread: the pending sends fail at once, in order, while the
@@ -443,13 +441,6 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         if mid.partition() >= 0:
             part = mid.partition()
         positions.ack(r, base, part, (mid.ledger_id(), mid.entry_id(), mid.batch_index()))
-
-    def _report(self, r: ConnectRecord, res, permanent) -> None:
-        if res in permanent:
-            error: Exception = DeliveryError(f"record {r.position()} refused by Pulsar: {res}")
-        else:
-            error = RetriableError(f"record {r.position()} not delivered: {res}")
-        self.context.errant_record_reporter.report(r, error)
 
     def flush(self, offsets) -> bool:
         """Every outcome served, at most ``context.time_left()``; False if time ran out first.

@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 
 from connect.config import ConfigDef
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, ConnectError, DeliveryError, NotSentError, RetriableError
+from connect.errors import ConfigIssue, ConnectError, DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, QueuedOutcomes, SinkTask
 from connect.sink.naming import IllegalTopicName, TargetNames, naming_issues
@@ -230,15 +230,15 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 batches, order = {}, []
                 failed = self._failed_sends
                 if not self._wait_for_room(self._max_pending):
-                    self._report_transient(records[i:], NotSentError(
-                        f"{self._pending} sends without an outcome (max.pending.messages) until the epoch deadline; "
-                        f"{len(records) - i} record(s) not sent yet", backpressure=True))
+                    self._reports.not_sent(records[i:], f"{self._pending} sends without an outcome "
+                                           "(max.pending.messages) until the epoch deadline; "
+                                           f"{len(records) - i} record(s) not sent yet", backpressure=True)
                     return
                 if self._failed_sends != failed:
                     # A send failed while this put waited: what it failed is re-sent first, and the
                     # rest of the put must not reach its queue (now free again) before it.
-                    self._report_transient(records[i:], NotSentError(
-                        f"{len(records) - i} record(s) not sent yet: an earlier send failed, re-sent first"))
+                    self._reports.not_sent(records[i:], f"{len(records) - i} record(s) not sent yet: an earlier send "
+                                           "failed, re-sent first")
                     return
                 room = self._max_pending - self._pending
                 source_topic = None  # outcomes were served: a failure may have dropped a target's route
@@ -247,7 +247,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                     target = self._target(r.topic)
                 except RetriableError as exc:  # the target cannot be looked up: this record and the rest wait, in order
                     self._send_all(batches, order)
-                    self._report_transient(records[i:], NotSentError(f"{len(records) - i} record(s) not sent: {exc}"))
+                    self._reports.not_sent(records[i:], f"{len(records) - i} record(s) not sent: {exc}")
                     return
                 except IllegalTopicName as exc:  # no RocketMQ will take it: permanent, with the fix in the message
                     report(r, exc)
@@ -392,7 +392,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 result = fut.result()
                 if not result.ok:
                     self._failed_sends += 1
-                    self._report_transient(records, RetriableError(
+                    self._reports.transient(records, RetriableError(
                         f"{n} record(s) stored by {target.addrs[index]} without the requested flush "
                         f"({result.status}): sent again"))
                     served += self._release(lane, fail=result.status)
@@ -405,7 +405,7 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
                 continue
             if isinstance(exc, RetriableError):
                 self._failed_sends += 1
-                self._report_transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))
+                self._reports.transient(records, RetriableError(f"{n} record(s) not delivered to {target.topic}: {exc}"))
                 self._targets = {k: t for k, t in self._targets.items() if t is not target}  # route looked up again
                 served += self._release(lane, fail=exc)
             elif n > 1:
@@ -440,7 +440,8 @@ class RocketMQSinkTask(QueuedOutcomes, SinkTask):
             self._pending -= n
             gen.left -= n
             settled += n
-            self._report_transient(records, RetriableError(
+            # transient, not NotSentError: they go out right behind the failed batch of their queue
+            self._reports.transient(records, RetriableError(
                 f"{n} record(s) not sent to {lane.target.topic}: an earlier send to the queue failed ({fail}); "
                 "re-sent behind it"))
         return settled

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka_util import consume_all, create_topic
 from pipeline_util import make_driver
-from readme_connector import RECORDS, check_outcome, install_readme_sink, pipeline_config
+from readme_connector import RECORDS, check_outcome, pipeline_config, readme_sink
 
 from connect.clientpolicy import ClientConfigPolicy
 from worker.pipeline import parse_pipeline
@@ -18,11 +18,18 @@ from worker.pipeline import parse_pipeline
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_readme_sink_handles_a_tombstone_and_dead_letters_what_it_refuses(kafka_pair, spark, tmp_path, unique):
+@pytest.fixture
+def readme_module(tmp_path):
+    with readme_sink(tmp_path) as module:
+        yield module
+
+
+def test_readme_sink_handles_a_tombstone_and_dead_letters_what_it_refuses(kafka_pair, spark, tmp_path, unique,
+                                                                         readme_module):
     from pyspark import cloudpickle
 
     src, dst = kafka_pair
-    module = install_readme_sink(tmp_path)
+    module = readme_module
     cloudpickle.register_pickle_by_value(module)  # Spark's Python workers cannot import it from tmp_path
     topic, dlq_topic = f"upper-{unique}", f"upper-{unique}-dlq"
     create_topic(src.bootstrap, topic, 1)

@@ -125,14 +125,21 @@ class RocketMQCluster(_Cluster):
         nxt = {}
         with SyncRocketMQClient(self.b.namesrv) as c:
             for mq, addr in self._queues(c, topic):
-                r = c.pull(addr, group, topic, mq.queue_id, 0, per_partition)
-                assert r.status == "FOUND" and len(r.messages) == per_partition, (r.status, len(r.messages))
+                got = []  # Apache RocketMQ answers at most 32 messages a pull
+                while len(got) < per_partition:
+                    r = c.pull(addr, group, topic, mq.queue_id, len(got), per_partition - len(got))
+                    assert r.status == "FOUND", (r.status, len(got))
+                    got += r.messages
+                assert len(got) == per_partition, len(got)
                 c.update_consumer_offset(addr, group, topic, mq.queue_id, per_partition)
-                nxt[mq.queue_id] = int(r.messages[-1].body.decode().split("-")[1]) + self.parts
+                nxt[mq.queue_id] = int(got[-1].body.decode().split("-")[1]) + self.parts
         return nxt
 
     def commit_at(self, topic: str, group: str, n: int) -> int:
         with SyncRocketMQClient(self.b.namesrv) as c:
+            # Apache RocketMQ refuses offsets of a group it does not know (SUBSCRIPTION_GROUP_NOT_EXIST);
+            # a consumer's heartbeat or pull creates it, here nothing has run yet
+            c.create_subscription_group(self.b.broker_addr, {"groupName": group})
             for mq, addr in self._queues(c, topic):
                 c.update_consumer_offset(addr, group, topic, mq.queue_id, n)
         return n

@@ -15,7 +15,9 @@ from pipeline_util import make_driver, pair_pipeline
 pytestmark = pytest.mark.timeout(120)
 
 
-def _run_twice_the_slots(spark, tmp_path, unique, hosting: str, seconds: float = 6.0):
+def _run_twice_the_slots(spark, tmp_path, unique, hosting: str, seconds: float = 6.0, until_each: int = 0):
+    """Twice as many idle pipelines as slots, run for ``seconds``; with ``until_each``, until every
+    connector ran that many epochs instead (``seconds`` then bounds the wait: a starved one fails)."""
     slots = spark.sparkContext.defaultParallelism
     pipelines = [pair_pipeline(f"{unique}-{i}", {"connector.class": "memory-source", "records": "0"},
                                {"connector.class": "memory-sink", "name": f"{unique}-{i}"}, **{"epoch.max.ms": "300"})
@@ -26,6 +28,12 @@ def _run_twice_the_slots(spark, tmp_path, unique, hosting: str, seconds: float =
     stop = threading.Event()
     timer = threading.Timer(seconds, stop.set)
     timer.start()
+    if until_each:
+        def watch():
+            while not stop.wait(0.05):
+                if min(rt.epoch for rt in runtimes) >= until_each:
+                    stop.set()
+        threading.Thread(target=watch, daemon=True).start()
     driver.run(stop)
     epochs = {rt.name: rt.epoch for rt in runtimes}
     print(f"{hosting}: epochs per connector:", sorted(epochs.values()))
@@ -38,8 +46,9 @@ def test_every_connector_gets_slots_when_there_are_more_connectors_than_slots_an
 
     monkeypatch.setattr(SlotGate, "WARN_AFTER_S", 0.1)  # the turns here are 300 ms epochs
     caplog.set_level(logging.WARNING, logger="worker.runtime.spark")
-    epochs, executor = _run_twice_the_slots(spark, tmp_path, unique, "job")
-    # 2 pipelines per slot, 300 ms epochs, 6 s: about 8 epochs each if shared fairly
+    # 2 pipelines per slot, 300 ms epochs: every one reaches 3 epochs (about 2 s when shared fairly;
+    # a Spark job costs more on a loaded machine, so the bound is 60 s) and none runs far ahead
+    epochs, executor = _run_twice_the_slots(spark, tmp_path, unique, "job", seconds=60.0, until_each=3)
     assert min(epochs.values()) >= 3, epochs
     assert max(epochs.values()) - min(epochs.values()) <= 3, epochs
     waited = executor.gate.waited_s

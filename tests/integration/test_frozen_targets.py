@@ -80,7 +80,7 @@ def _through_a_freeze(driver, target, producer: _Steady, total: int) -> dict:
     assert producer.error is None, producer.error
     assert committed >= total, f"{committed} of {total} committed"
     # epoch.max.ms + epoch.grace.ms, plus a source poll and Spark's overhead on a loaded machine
-    assert stats["longest_epoch_s"] <= 2 + 1.5, f"an epoch lasted {stats['longest_epoch_s']} s: waits must be bounded"
+    assert stats["longest_epoch_s"] <= 2 + 2.5, f"an epoch lasted {stats['longest_epoch_s']} s: waits must be bounded"
     return stats
 
 

@@ -70,7 +70,8 @@ def test_bytearray_and_memoryview_payloads_are_delivered(kafka_pair, unique):
 
 
 def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair, unique):
-    """The callback librdkafka calls is bound to its record at produce time: a transient failure
+    """The callback librdkafka calls is bound to its message at produce time (a delivery slot: the
+    put's records and the index in them): a transient failure
     of one of two identical records marks that one, and is a RetriableError (held until the
     producer is abandoned, which the next wait for outcomes does)."""
     from confluent_kafka import KafkaError
@@ -96,7 +97,7 @@ def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair
         gen.left = put.left = 1  # as after one produce bound to this checkpoint
         sink._puts.append(put)  # as put() registers it
         later = sink.checkpoint()
-        sink._on_delivery(b, put, 0, timed_out, Msg())
+        assert sink._on_outcome([a, b], 1, put, timed_out, Msg()) is True  # held: counted once reported
         assert not later(), "a transient failure counts its checkpoint down once reported"
         sink.wait_outcomes(0)
         [(record, error)] = sink.context.errant_record_reporter.take()

@@ -29,11 +29,13 @@ ORIGIN = "ROCKETMQ_REPLICATOR_SOURCE"
 
 
 def _fill(bootstrap: str, topic: str, rows: list[tuple]) -> None:
-    """``rows`` of (partition, key, value, headers, timestamp), in order."""
+    """``rows`` of (partition, key, value, headers, timestamp), in order; every one acknowledged."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "message.max.bytes": 10_000_000})
+    failed = []
     for part, key, value, headers, ts in rows:
-        p.produce(topic, value, key, partition=part, headers=headers, timestamp=ts)
-    assert p.flush(30) == 0
+        p.produce(topic, value, key, partition=part, headers=headers, timestamp=ts,
+                  on_delivery=lambda err, _msg: err and failed.append(err))
+    assert p.flush(30) == 0 and not failed, failed
 
 
 def _messages(bootstrap: str, topic: str, parts: int, n: int) -> list:
@@ -124,7 +126,7 @@ def test_a_refused_message_in_a_native_batch_names_its_own_record(kafka_pair, pu
     src, _ = kafka_pair
     _, dst = pulsar_pair
     topic, target = f"pnatbig-{unique}", f"persistent://public/default/pnatbig-{unique}-out"
-    create_topic(src.bootstrap, topic, 1)
+    create_topic(src.bootstrap, topic, 1, {"max.message.bytes": "10000000"})  # Apache Kafka: 1 MB by default
     _fill(src.bootstrap, topic, [(0, str(i).encode(), b"x" * 5_400_000 if i == 2 else f"small-{i}".encode(),
                                   [("h", b"1")], 1_700_000_000_000 + i) for i in range(5)])
     sp = {"topic": topic, "partition": 0}

@@ -87,8 +87,25 @@ def test_the_record_age_is_kept_while_epochs_put_nothing():
     metrics.epoch("a", epoch("a"))  # an epoch that put nothing: no latency gauge
     clock.now += 10.0
     history.sample()
-    assert metrics.figures(["a"])["a"]["latency_max"] is None
+    assert metrics.figures(["a"])["a"]["latency_max"] == 5.0  # the last epoch that timed records
     assert history.record_age("a") == {"max_s": 5.0, "seen_s_ago": 10.0}
+
+
+def test_the_record_age_of_an_epoch_followed_by_idle_ones_before_the_sample_is_seen():
+    metrics, clock = ConnectMetrics(), Clock()
+    history = ConsoleHistory(metrics, lambda: ["a"], clock=clock)
+    history.sample()
+    result = epoch("a", records=10, acknowledged=10)
+    result.stats.update(latency_ms_max=7_000.0, latency_ms_sum=20_000.0, latency_samples=10)
+    metrics.epoch("a", result)
+    metrics.epoch("a", epoch("a"))  # idle epochs end before the console samples (a backlog copied at once)
+    metrics.epoch("a", epoch("a"))
+    clock.now += 5.0
+    history.sample()
+    assert history.record_age("a") == {"max_s": 7.0, "seen_s_ago": 0.0}
+    clock.now += 5.0
+    history.sample()  # no epoch timed records since: the age is not taken again
+    assert history.record_age("a") == {"max_s": 7.0, "seen_s_ago": 5.0}
 
 
 def test_a_connector_whose_first_epoch_arrived_before_its_first_sample_still_shows_that_rate():

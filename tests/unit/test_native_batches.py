@@ -215,3 +215,19 @@ def test_delivery_slots_are_reused_once_reported_and_never_shared():
     assert slots.take() is taken[0] and slots.take() is taken[2]  # back in the pool once reported
     assert slots.take() is taken[1]
     assert slots.take() not in taken  # taken[3] has not reported: a new slot
+
+
+def test_a_native_batch_columns_read_the_same_fields_as_its_records():
+    """What a sink of another broker reads through ``NativeBatch.columns`` (the Pulsar sink from
+    Kafka messages) is what the record of each message holds, overlays applied."""
+    from connect.testing import MemoryCodec
+
+    codec = MemoryCodec("t", {0: {"p": 0}, 1: {"p": 1}})
+    items = [(0, 0), (1, 5), (0, 1)]
+    for batch in (NativeBatch("memory", items, codec, {}),
+                  NativeBatch("memory", items, codec, {}, None, ["a", "b", "c"], [[("h", b"1")], None, []])):
+        columns = [(t, p, k, None if h is None else list(h), v, ts)
+                   for t, p, k, h, v, ts in zip(*batch.columns(), strict=True)]
+        records = [batch.record(i) for i in range(len(items))]
+        assert columns == [(r.topic, r.partition, r.key, None if r.headers is None else list(r.headers), r.value,
+                            r.timestamp) for r in records]

@@ -267,7 +267,7 @@ def _checkpoint_task(store_, positions):
     task = CheckpointSourceTask.__new__(CheckpointSourceTask)
     task.store, task.upstream, task.downstream = store_, _Upstream(positions), _Downstream()
     task.upstream_alias, task.downstream_alias, task.topic = "A", "B", "checkpoints"
-    task.partition, task._emitted = {"checkpoint": "A->B"}, {}
+    task.partition, task._emitted, task.mm2 = {"checkpoint": "A->B"}, {}, False
     task.counts = {k: 0 for k in ("checkpoint.emitted", "checkpoint.applied", "checkpoint.parked",
                                   "checkpoint.targets.incomplete")}
     task._untranslatable, task._last_untranslatable, task._reported, task._parked = {}, {}, {}, {}

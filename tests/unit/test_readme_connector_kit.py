@@ -5,16 +5,13 @@ Spark in ``tests/e2e/test_readme_connector.py``."""
 
 from __future__ import annotations
 
-import sys
-
-from readme_connector import RECORDS, check_outcome, install_readme_sink
+from readme_connector import RECORDS, check_outcome, readme_sink
 
 from connect.testkit import run_pair
 
 
 def test_readme_sink_with_the_test_kit(tmp_path):
-    install_readme_sink(tmp_path)
-    try:
+    with readme_sink(tmp_path):
         out = tmp_path / "upper.txt"
         run = run_pair({"sink.connector.class": "upper", "sink.path": str(out),
                         "errors.deadletterqueue.topic.name": "upper-dlq"},
@@ -23,5 +20,3 @@ def test_readme_sink_with_the_test_kit(tmp_path):
         letters = [(r.key, r.value, {k: v for k, v in r.headers or ()}) for r in run.dead_letters]
         (offset,) = [o["offset"] for o in run.committed.values()]
         check_outcome(out, letters, offset + 1, run.stats["dead_lettered"])
-    finally:
-        sys.modules.pop("upper_sink", None)

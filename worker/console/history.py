@@ -28,13 +28,14 @@ RATE_SAMPLES = 5  # the rates shown on the topology: over the last 5 samples (10
 class _History:
     """One connector's samples: (monotonic time, records, acknowledged, lag or NaN), oldest first."""
 
-    __slots__ = ("samples", "heartbeats", "counts", "record_age")
+    __slots__ = ("samples", "heartbeats", "counts", "record_age", "record_age_mark")
 
     def __init__(self) -> None:
         self.samples: deque[tuple[float, float, float, float]] = deque(maxlen=SLOTS)
         self.heartbeats: dict[str, deque[tuple[float, float]]] = {}  # origin alias -> (time, latency ms)
         self.counts: dict[str, float] = {}  # origin alias -> heartbeats seen, at the last sample
         self.record_age: tuple[float, float] | None = None  # (time, oldest record age in s) of the last epochs that put
+        self.record_age_mark: int | None = None  # the figures' latency_mark when record_age was taken
 
     def add_heartbeats(self, now: float, reported: dict[str, float]) -> None:
         """Keep a heartbeat latency when the monitor saw a new heartbeat since the last sample
@@ -135,8 +136,9 @@ class ConsoleHistory:
                         h.samples.append((previous, 0.0, 0.0, math.nan))
                 lag = f["lag"]
                 h.samples.append((now, f["records"], f["acknowledged"], math.nan if lag is None else float(lag)))
-                if f.get("latency_max") is not None:
-                    h.record_age = (now, float(f["latency_max"]))
+                if f.get("latency_max") is not None and f.get("latency_mark") != h.record_age_mark:
+                    # an epoch timed records since the last sample (even if idle epochs followed it)
+                    h.record_age, h.record_age_mark = (now, float(f["latency_max"])), f.get("latency_mark")
                 for task in f["tasks"].values():
                     h.add_heartbeats(now, task["reported"])
 

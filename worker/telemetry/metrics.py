@@ -142,7 +142,7 @@ class _TaskSeries:
     """Everything exported for one (connector, task) pair."""
 
     __slots__ = ("counters", "acknowledged", "epochs", "failed", "restarts", "buckets", "duration_sum",
-                 "gauges", "latency", "ack_latency", "reported", "partition_lag", "rate")
+                 "gauges", "latency", "ack_latency", "reported", "partition_lag", "rate", "latency_seen")
 
     def __init__(self) -> None:
         self.counters = {name: 0.0 for name, _, _ in _STAT_COUNTERS}
@@ -154,6 +154,9 @@ class _TaskSeries:
         self.duration_sum = 0.0
         self.gauges: dict[str, float] = {}
         self.latency = [0.0, 0]  # seconds sum, samples
+        # (epoch number, oldest record age in s) of the last epoch that timed records: the gauge is
+        # dropped by an idle epoch, this is kept for readers that sample less often than epochs end
+        self.latency_seen: tuple[int, float] | None = None
         self.ack_latency: list | None = None  # like latency, once acknowledgements are timed
         self.reported: dict[str, float] = {}  # the tasks' own gauges (SourceTask/SinkTask.metrics), last epoch
         self.partition_lag: dict[str, tuple[float, float]] = {}  # partition label -> (records, seconds) behind
@@ -283,6 +286,8 @@ class ConnectMetrics:
             series.set_gauge("gap", result.gap_s)
             series.set_gauge("ended_at", result.ended_at)
             series.observe_latency(series.latency, "latency", stats, latency_samples)
+            if latency_samples and "latency_max" in series.gauges:
+                series.latency_seen = (series.epochs, series.gauges["latency_max"])
             if has_ack_latency and series.ack_latency is None:
                 series.ack_latency = [0.0, 0]
             series.observe_latency(series.ack_latency, "ack", stats, ack_samples if has_ack_latency else 0)
@@ -384,8 +389,9 @@ class ConnectMetrics:
                 f["acknowledged"] += s.acknowledged or 0.0
                 if "lag" in s.gauges:
                     f["lag"] = (f["lag"] or 0.0) + s.gauges["lag"]
-                if "latency_max" in s.gauges:
-                    f["latency_max"] = max(f["latency_max"] or 0.0, s.gauges["latency_max"])
+                if s.latency_seen is not None:  # the last epoch that timed records, however long ago
+                    f["latency_max"] = max(f["latency_max"] or 0.0, s.latency_seen[1])
+                    f["latency_mark"] = f.get("latency_mark", 0) + s.latency_seen[0]  # changes with each such epoch
                 f["tasks"][task] = {"reported": dict(s.reported), "partition_lag": dict(s.partition_lag),
                                     "epochs": s.epochs, "failed_epochs": s.failed}
             for name, f in out.items():
