@@ -13,8 +13,8 @@ from service_util import wait_for
 from connect.records import partition_key
 from connect.source import OffsetStorageReader, SourceTaskContext
 from connect.source.gaps import SourceGapError
-from connectors.rocketmq.client import SyncRocketMQClient
 from connectors.rocketmq.source import RocketMQSourceTask
+from connectors.rocketmq.sync_client import SyncRocketMQClient
 
 pytestmark = pytest.mark.timeout(400)
 
