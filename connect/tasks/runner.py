@@ -233,6 +233,10 @@ class TaskPairRunner:
     def _time_left(self) -> float:
         return max(self._deadline - time.monotonic(), 0.0)
 
+    def mark_open_gaps(self, gaps: int) -> None:
+        """The connector's open source gaps (the worker's ledger): a replication flow marks what it writes."""
+        self._chain.mark_open_gaps(gaps)
+
     # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self, epoch: int, *, max_ms: int | None = None, max_records: int | None = None,
                   drain: bool = False) -> EpochResult:

@@ -36,7 +36,7 @@ from connect.transforms.topics import unknown_note
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.replication.topology import with_topologies
 from worker.runtime.control import ControlServer
-from worker.runtime.gapledger import acknowledge_writes, ledger_writes
+from worker.runtime.gapledger import acknowledge_writes, ledger_writes, open_gaps
 from worker.runtime.partition import TaskPairSpec
 from worker.stores.store import OffsetStore
 from worker.telemetry.lag import CommittedLag
@@ -198,6 +198,8 @@ class PipelineRuntime:
         now = time.monotonic()
         tokens: dict[int, str] = {}
         specs = []
+        with self._offsets_lock:
+            gaps = open_gaps(self.offsets)
         for t in self.tasks:
             if not self._due(t, now):
                 continue
@@ -208,7 +210,8 @@ class PipelineRuntime:
                                       offset_syncs_config=self.offset_syncs_config(t.sink_config),
                                       sink_connector_class=self.pipeline.sink_class,
                                       dlq_connector_class=self.pipeline.dlq_class,
-                                      secrets=self._secrets, transforms=self.pipeline.transforms))
+                                      secrets=self._secrets, transforms=self.pipeline.transforms,
+                                      open_gaps=gaps))
         return specs, tokens
 
     def next_restart_in(self) -> float | None:
