@@ -308,6 +308,8 @@ class TaskPairRunner:
         partition_lag = self._partition_lag()
         try:
             gaps = [g.as_dict() for g in self.source.take_gaps()] or None
+            if gaps:
+                self._listeners.source_gaps(gaps)  # offset syncs say so too (connect.tasks.offsetsync)
         except Exception as exc:  # noqa: BLE001 - a source that cannot say must not lose the epoch's offsets
             log.warning("[%s] source gaps: %s", self.name, exc)
             gaps = None
