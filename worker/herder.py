@@ -41,6 +41,7 @@ from connect.secrets import Redactor
 from connect.tasks.results import FAILED, RUNNING
 from worker.herding.bodies import strings
 from worker.herding.control import ControlHandlers
+from worker.herding.gaps import ConnectorGaps
 from worker.herding.loop import ConnectorLoops
 from worker.herding.model import (
     PAUSED,
@@ -94,6 +95,8 @@ class Herder:
                                      metrics=metrics, run_id=self.run_id, idle_wait=idle_wait)
         self._views = ConfigViews(self.registry, self.redactor)
         self._offsets = ConnectorOffsets(self.registry, stores.offsets)
+        self._gaps = ConnectorGaps(self.registry, stores.offsets,
+                                   lambda name: self.restart(name, include_tasks=True, only_failed=True))
         self.control = ControlServer(control_host, tls=control_tls)  # TLS on a cluster: specs carry credentials
         ControlHandlers(self.registry).register(self.control)
         executor.attach(self.control)
@@ -318,3 +321,10 @@ class Herder:
 
     def reset_offsets(self, name: str) -> dict[str, str]:
         return self._offsets.reset(name)
+
+    # -- source gaps (worker.herding.gaps) -------------------------------------------------------
+    def gaps(self, name: str) -> dict[str, Any]:
+        return self._gaps.gaps(name)
+
+    def acknowledge_gaps(self, name: str, body: Any) -> dict[str, Any]:
+        return self._gaps.acknowledge(name, body)

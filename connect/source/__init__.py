@@ -127,6 +127,12 @@ class SourceTask:
         """
         return {}
 
+    def take_gaps(self) -> list:
+        """Records the source dropped before this task copied them, found since the last call
+        (``connect.source.gaps.SourceGap``, one per partition and range); the runner hands them to
+        the worker at each epoch's end, which records them durably. Default: the source cannot tell."""
+        return []
+
     def metrics(self) -> Mapping[str, float]:
         """Gauges this task reports at each epoch's end (name -> number): exported as
         ``connect_task_metric{name=...}`` and shown in the task's REST status. Default: none."""

@@ -41,6 +41,12 @@ class FusedReplication:
         self.naming = TopicNaming(source, target, policy, separator)
         self._cache: dict[str, dict[tuple | None, list | None]] = {}  # topic -> headers -> outcome
 
+    def mark_open_gaps(self, gaps: int) -> None:
+        """The flow's open source gaps (:attr:`FlowRules.open_gaps`); the outcomes decided before go."""
+        if gaps != self.rules.open_gaps:
+            self.rules.open_gaps = gaps
+            self._cache.clear()
+
     def decide(self, topic: str, headers: list | None) -> list | None:
         """None (dropped), or the headers to write for a record of ``topic`` with ``headers``
         (its target topic is ``naming.target_topic(topic)``: the topic alone says it)."""

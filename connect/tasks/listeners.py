@@ -37,6 +37,9 @@ class AckListener:
     def commit_point(self) -> None:
         """A commit point passed: the acknowledgements so far are accounted."""
 
+    def source_gaps(self, gaps: list) -> None:
+        """The source found ``gaps`` this epoch (``SourceGap.as_dict``: records it dropped before they were copied)."""
+
     def metrics(self) -> Mapping[str, float]:
         return {}
 
@@ -70,6 +73,9 @@ class AckListeners(AckListener):
 
     def commit_point(self) -> None:
         self._each("commit_point")
+
+    def source_gaps(self, gaps: list) -> None:
+        self._each("source_gaps", gaps)
 
     def metrics(self) -> Mapping[str, float]:
         out: dict[str, float] = {}

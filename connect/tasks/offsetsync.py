@@ -17,6 +17,12 @@ between ``u`` and ``C`` and skips nothing - records of one source partition reac
 partition in their order, replays included. Unlike MirrorMaker 2 no offset arithmetic is done
 (``d + (C - u)`` breaks on compacted or filtered sources), so no sync can be wrong, only older.
 
+A source gap (records the source dropped before the flow copied them, ``connect.source.gaps``) is
+written to the same topic as a *gap record*: ``{"source": {"alias", "topic", "partition", "gap":
+{"first", "last", "records"}}, "target": {"alias"}, "ts"}`` (:class:`GapSync`), so the checkpoint
+connector never translates a group positioned in the gap (a consumer moved there would skip,
+without a word, records it never read). Gaps of unknown extent (a re-created topic) are not written.
+
 Sparse but bounded: per (source partition, target partition) a sync is written for the first
 record, then at most once per ``offset.syncs.interval.ms`` when it moved - and always for the
 newest record once the partition is idle, so a caught-up consumer translates exactly. Writing a
@@ -33,9 +39,10 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from connect.records import ConnectRecord, make_record, partition_key
+from connect.source.gaps import is_bookkeeping_key
 from connect.tasks.listeners import AckListener
 
-__all__ = ["AckedPositions", "OffsetSyncEmitter", "OffsetSyncListener", "OffsetSync", "decode_sync"]
+__all__ = ["AckedPositions", "OffsetSyncEmitter", "OffsetSyncListener", "OffsetSync", "GapSync", "decode_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -135,16 +142,40 @@ class OffsetSync:
                 f"{self.target_alias}:{self.topic}[{self.label}]@{self.position})")
 
 
+class GapSync:
+    """One decoded gap record: source positions ``first..last`` of ``source_partition`` were never copied."""
+
+    __slots__ = ("source_alias", "source_partition", "first", "last", "records", "target_alias", "ts")
+
+    def __init__(self, source_alias: str, source_partition: dict, first: Any, last: Any, records: int | None,
+                 target_alias: str, ts: int):
+        self.source_alias = source_alias
+        self.source_partition = source_partition
+        self.first = first
+        self.last = last
+        self.records = records
+        self.target_alias = target_alias
+        self.ts = ts
+
+    def __repr__(self) -> str:
+        return f"GapSync({self.source_alias}:{partition_key(self.source_partition)} {self.first}..{self.last})"
+
+
 def _tupled(value: Any) -> Any:
     """JSON lists back to (hashable, comparable) tuples."""
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
-def decode_sync(value: bytes | str) -> OffsetSync:
-    """An offset-sync record's value; ValueError naming what is wrong otherwise."""
+def decode_sync(value: bytes | str) -> OffsetSync | GapSync:
+    """An offset-sync record's value (or a gap record's); ValueError naming what is wrong otherwise."""
     try:
         doc = orjson.loads(value)
         source, target = doc["source"], doc["target"]
+        if "gap" in source:
+            gap = source["gap"]
+            records = gap.get("records")
+            return GapSync(str(source["alias"]), dict(source["partition"]), _tupled(gap["first"]), _tupled(gap["last"]),
+                           None if records is None else int(records), str(target["alias"]), int(doc.get("ts", 0)))
         return OffsetSync(str(source["alias"]), dict(source["partition"]), dict(source["offset"]), str(target["alias"]),
                           str(target["topic"]), _tupled(target["partition"]), _tupled(target["position"]),
                           int(doc.get("ts", 0)))
@@ -168,14 +199,30 @@ class OffsetSyncEmitter:
         self.name = name
         self._written: dict[tuple, tuple[Any, float]] = {}  # key -> (position written, when)
         self._partition = {"offset-syncs": f"{source_alias}->{target_alias}"}
+        self._gaps: list[ConnectRecord] = []  # gap records not written yet
         self.emitted = 0
         self.failed = 0
+
+    def add_gaps(self, gaps: list) -> None:
+        """Gap records for ``gaps`` (``SourceGap.as_dict``), written with the next syncs."""
+        ts = int(time.time() * 1000)
+        for gap in gaps:
+            keys = [k for k in gap.get("resume") or () if not is_bookkeeping_key(k)]
+            if gap.get("last") is None or not keys or len(self._gaps) >= 1000:
+                continue  # of unknown extent (a re-created topic), or far too many waiting
+            sp = orjson.loads(keys[0])
+            value = orjson.dumps({
+                "source": {"alias": self.source_alias, "topic": sp.get("topic"), "partition": sp,
+                           "gap": {"first": gap["first"], "last": gap["last"], "records": gap.get("records")}},
+                "target": {"alias": self.target_alias}, "ts": ts})
+            label = f"{self.source_alias}:{partition_key(sp)}:gap"
+            self._gaps.append(make_record(self.topic, label.encode(), value, None, ts, self._partition, {"ts": ts}, 0))
 
     def _due(self, now: float) -> list[ConnectRecord]:
         """Per (source partition, target partition): its distance points, then its newest record if
         it moved and no sync was written for ``offset.syncs.interval.ms`` (so an idle partition ends
         with its newest record synced)."""
-        out = []
+        out, self._gaps = self._gaps, []
         ts = int(time.time() * 1000)
         for key, entry in self.positions.latest.items():
             sp, points = entry[0], entry[5]
@@ -275,6 +322,10 @@ class OffsetSyncListener(AckListener):
 
     def commit_point(self) -> None:
         self.emitter.emit(getattr(self._context, "deadline", float("inf")))
+
+    def source_gaps(self, gaps: list) -> None:
+        self.emitter.add_gaps(gaps)
+        self.emitter.emit(time.monotonic() + 0.5)  # now: a pair stopped at its gap has no commit point after it
 
     def metrics(self) -> Mapping[str, float]:
         return self.emitter.metrics()

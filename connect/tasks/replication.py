@@ -25,9 +25,14 @@ from connect.records import ConnectRecord, make_record
 from connect.tasks.topology import Topology
 
 __all__ = ["FlowRules", "OriginFilter", "HopLimit", "OnePath", "OriginAppend", "TopicNaming", "replication_stages",
-           "DEFAULT_ORIGIN_PROPERTY", "chain_of", "read_chain", "local_topic_name"]
+           "DEFAULT_ORIGIN_PROPERTY", "GAPS_HEADER", "open_gaps_of", "marked_gaps", "chain_of", "read_chain",
+           "local_topic_name"]
 
 DEFAULT_ORIGIN_PROPERTY = "ROCKETMQ_REPLICATOR_SOURCE"
+# On a record a replication flow copied while it had open source gaps (records its source dropped
+# before they were copied, not acknowledged yet: connect.source.gaps): how many, summed over the flows
+# it went through. A heartbeat monitor reports a link whose newest heartbeat carries it as unhealthy.
+GAPS_HEADER = "CONNECT_OPEN_SOURCE_GAPS"
 _NONE: tuple[str, ...] = ()
 
 
@@ -68,6 +73,9 @@ class FlowRules:
         self.topology = topology
         self._forwards: dict[tuple[str, str], bool] = {}  # (origin, topic) -> forwards
         self._values: dict[tuple[str, ...], bytes] = {}  # chain read -> header value written
+        # open source gaps of this flow, as the worker last said (connect.source.gaps): while > 0 the
+        # records it writes carry them (GAPS_HEADER), so a heartbeat monitor downstream sees the link unhealthy
+        self.open_gaps = 0
 
     def loops(self, chain: tuple[str, ...]) -> bool:
         """The chain holds the target: writing the record there would loop."""
@@ -107,7 +115,29 @@ class FlowRules:
         prop = self.prop
         kept = [h for h in headers if h[0] != prop] if headers else []
         kept.append((prop, self.chain_value(chain)))
+        if self.open_gaps:
+            return marked_gaps(kept, self.open_gaps)
         return kept
+
+
+def open_gaps_of(headers) -> int:
+    """The open source gaps the flows a record went through had when they copied it (:data:`GAPS_HEADER`)."""
+    value = None
+    for name, v in headers or ():
+        if name == GAPS_HEADER:
+            value = v
+    try:
+        return max(int(value.decode() if isinstance(value, (bytes, bytearray)) else value), 0) if value else 0
+    except (ValueError, UnicodeDecodeError):
+        return 0
+
+
+def marked_gaps(headers: list, gaps: int) -> list:
+    """``headers`` with :data:`GAPS_HEADER` holding ``gaps`` more than the flows before this one said."""
+    total = gaps + open_gaps_of(headers)
+    kept = [h for h in headers if h[0] != GAPS_HEADER]
+    kept.append((GAPS_HEADER, str(total).encode()))
+    return kept
 
 
 class _Chains:

@@ -118,6 +118,7 @@ class EpochResult:
     gap_s: float | None = None
     metrics: dict[str, float] | None = None  # the tasks' own gauges (SourceTask/SinkTask.metrics) at epoch end
     partition_lag: dict[str, list[float]] | None = None  # partition key -> [records, seconds] behind the source
+    gaps: list[dict[str, Any]] | None = None  # records the source dropped before they were copied (SourceGap.as_dict)
 
     @property
     def duration(self) -> float:

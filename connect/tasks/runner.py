@@ -233,6 +233,10 @@ class TaskPairRunner:
     def _time_left(self) -> float:
         return max(self._deadline - time.monotonic(), 0.0)
 
+    def mark_open_gaps(self, gaps: int) -> None:
+        """The connector's open source gaps (the worker's ledger): a replication flow marks what it writes."""
+        self._chain.mark_open_gaps(gaps)
+
     # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self, epoch: int, *, max_ms: int | None = None, max_records: int | None = None,
                   drain: bool = False) -> EpochResult:
@@ -303,12 +307,19 @@ class TaskPairRunner:
             pass
         partition_lag = self._partition_lag()
         try:
+            gaps = [g.as_dict() for g in self.source.take_gaps()] or None
+            if gaps:
+                self._listeners.source_gaps(gaps)  # offset syncs say so too (connect.tasks.offsetsync)
+        except Exception as exc:  # noqa: BLE001 - a source that cannot say must not lose the epoch's offsets
+            log.warning("[%s] source gaps: %s", self.name, exc)
+            gaps = None
+        try:
             reported = {**self.source.metrics(), **self.sink.metrics(), **self._listeners.metrics()} or None
         except Exception as exc:  # noqa: BLE001 - so are the tasks' own gauges
             log.warning("[%s] task metrics: %s", self.name, exc)
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
                            time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST,
-                           metrics=reported, partition_lag=partition_lag)
+                           metrics=reported, partition_lag=partition_lag, gaps=gaps)
 
     def _open_epoch(self) -> _Carry:
         p = self.policy

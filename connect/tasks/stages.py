@@ -32,7 +32,7 @@ from connect.converters import BytesConverter, converter_for
 from connect.errors import ConnectError, ConversionError
 from connect.records import ConnectRecord, make_record
 from connect.tasks.fused import FusedReplication
-from connect.tasks.replication import TopicNaming, replication_stages
+from connect.tasks.replication import FlowRules, TopicNaming, replication_stages
 from connect.transforms.topics import DROPPED, TopicRoute, topic_routes
 
 __all__ = ["Stage", "StageChain", "RecordStages", "StageError", "ConvertStage", "Failures", "target_routes",
@@ -170,6 +170,15 @@ class StageChain:
             if not batch:
                 break
         return batch, n - len(batch) - len(failures), failures
+
+    def mark_open_gaps(self, gaps: int) -> None:
+        """The flow's open source gaps, as the worker knows them (``worker.runtime.gapledger``): the
+        replication stages mark the records they write while there are any (``GAPS_HEADER``)."""
+        for stage in [*self.stages, getattr(self.native, "__self__", None)]:
+            if hasattr(stage, "mark_open_gaps"):
+                stage.mark_open_gaps(gaps)
+            elif isinstance(getattr(stage, "rules", None), FlowRules):
+                stage.rules.open_gaps = gaps
 
     def close(self) -> None:
         for stage in [*self.stages, getattr(self.native, "__self__", None)]:

@@ -29,6 +29,7 @@ from connect.config import ConfigDef, Importance, Type, non_empty, valid_regex
 from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
+from connect.source.gaps import FAIL, GAP_POLICY_KEY, SourceGap, SourceGapError, gap_keys
 from connect.source.partitioned import (
     ASSIGNMENT_KEY,
     EARLIEST_KEY,
@@ -37,6 +38,7 @@ from connect.source.partitioned import (
     source_keys,
 )
 from connectors.kafka.clients import POOL, client_config
+from connectors.kafka.gaps import GapCheck, identity_key, known_ids, log_gap
 from connectors.kafka.mm2offsets import MM2_TAKEOVER_CONFIG, takeover_offsets
 from connectors.kafka.native import KIND, KafkaCodec
 from connectors.kafka.shared import SHARED
@@ -65,6 +67,7 @@ CONFIG = (
                        batch_why="A poll returns what has been fetched at once, so a larger batch waits for "
                                  "nothing; 5,000 (the raw loop's) spends 6% less CPU per record than 1,000 "
                                  "(bench/e2e.py --only cpu) and its p99 at 20,000 msg/s was lower."))
+    .merge(gap_keys())
     .define("consumer.shared", Type.BOOLEAN, True,
             "Read through one consumer per worker process and consumer settings, shared by the source "
             "tasks the process hosts: one fetch request per broker for all of them instead of one per task "
@@ -76,8 +79,9 @@ CONFIG = (
 )
 
 CONSUMER_DEFAULTS = {
-    # A persisted offset that retention deleted meanwhile resumes at the earliest record left.
-    "auto.offset.reset": "earliest",
+    # A position the log no longer holds (retention, DeleteRecords, a re-created topic) is an error the
+    # task sees (a gap, connectors.kafka.gaps), never a silent jump to the earliest record left.
+    "auto.offset.reset": "error",
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": False,
@@ -180,15 +184,19 @@ class KafkaSourceTask(SourceTask):
         self._ts_floor: dict[tuple[str, int], int] = {}
         self._start_offsets: dict[str, dict] = {}
         self._deferred_error: ConnectError | None = None
+        self._gap_policy = cfg[GAP_POLICY_KEY]
+        self._gaps: list[SourceGap] = []
+        self._seen_ids: dict[str, str] = {}  # topic IDs checked while running
+        self._admin_conf = client_config(config, "admin")
         reader = context.offset_storage_reader
-        tps, by_time = [], []
+        tps, by_time, resumed = [], [], []
         mm2 = takeover_offsets(config, [tp for tp in assignment if reader.offset(self._sp[tp[0]][tp[1]]) is None])
         for topic, part in assignment:
             committed = reader.offset(self._sp[topic][part])
             if committed is None and (topic, part) in mm2:  # where MirrorMaker 2 stopped (mm2.offsets.topic)
-                tps.append(TopicPartition(topic, part, mm2[(topic, part)]))
+                resumed.append((topic, part, mm2[(topic, part)]))  # checked for gaps like our own offsets
             elif committed is not None:
-                tps.append(TopicPartition(topic, part, int(committed["offset"]) + 1))
+                resumed.append((topic, part, int(committed["offset"]) + 1))
                 if TIMESTAMP_FLOOR in committed:  # resumed from a persisted timestamp start
                     self._ts_floor[(topic, part)] = int(committed[TIMESTAMP_FLOOR])
             elif (topic, part) in earliest or cfg["start.position"] == "earliest":
@@ -199,6 +207,7 @@ class KafkaSourceTask(SourceTask):
                 by_time.append(TopicPartition(topic, part, cfg["start.timestamp.ms"]))
         if by_time:
             tps.extend(self._offsets_for_times(by_time, cfg["start.timestamp.ms"]))
+        tps.extend(self._check_resumed(resumed, {t for t, _ in assignment}))
         self._assigned = [TopicPartition(t, p) for t, p in assignment]
         if self._shared is not None:
             # paused at this many records waiting for the task: at most 1,000 per idle task
@@ -207,6 +216,67 @@ class KafkaSourceTask(SourceTask):
             self._consumer.assign(tps)
         # native batches (``connectors.kafka.native``) when the runner allows them
         self._codec = KafkaCodec(self._sp) if context.native_batches and self._sp else None
+
+    def _check_resumed(self, resumed: list[tuple[str, int, int]], topics: set[str]) -> list[TopicPartition]:
+        """Where resumed partitions really start: past a gap under ``report``; the topics' identities
+        remembered (persisted with the start offsets where none was yet)."""
+        reader = self.context.offset_storage_reader
+        known = known_ids(reader.offsets_by_key([identity_key(t) for t in topics]), topics)
+        admin = POOL.acquire("admin", self._owner, self._admin_conf)
+        try:
+            check = GapCheck(admin, self._gap_policy)
+            if resumed:
+                positions, gaps, ids = check.check(resumed, known, self._keys())
+            else:
+                positions, gaps, ids = [], [], check.topic_ids(t for t, k in known.items() if k is None)
+        finally:
+            POOL.release("admin", self._owner, self._admin_conf, admin)
+        self._seen_ids.update(ids)
+        for topic, topic_id in ids.items():
+            if known.get(topic) is None:
+                self._start_offsets[identity_key(topic)] = {"id": topic_id}
+        self._found(gaps)
+        return [TopicPartition(t, p, o) for t, p, o in positions]
+
+    def _keys(self) -> dict[tuple[str, int], str]:
+        return {(t, p): partition_key(sp) for t, parts in self._sp.items() for p, sp in parts.items()}
+
+    def _found(self, gaps: list[SourceGap]) -> None:
+        for gap in gaps:
+            log_gap(self._owner, gap)
+            self._gaps.append(gap)
+            if gap.policy == FAIL and self._deferred_error is None:
+                self._deferred_error = SourceGapError(gap)
+
+    def take_gaps(self) -> list[SourceGap]:
+        gaps, self._gaps = self._gaps, []
+        return gaps
+
+    def _out_of_range(self, topic: str, part: int, offset: int) -> None:
+        """The consumer's position is gone from the log (``auto.offset.reset=error``): check, then
+        move past the gap under ``report`` or stop at it under ``fail``."""
+        if offset < 0 and self._sub is not None:
+            offset = self._sub.positions.get((topic, part), -1)
+        elif offset < 0:
+            offset = self._consumer.position([TopicPartition(topic, part)])[0].offset
+        known = known_ids(self.context.offset_storage_reader.offsets_by_key([identity_key(topic)]), [topic])
+        known[topic] = self._seen_ids.get(topic, known[topic])
+        admin = POOL.acquire("admin", self._owner, self._admin_conf)
+        try:
+            positions, gaps, ids = GapCheck(admin, self._gap_policy).check([(topic, part, offset)], known, self._keys())
+        finally:
+            POOL.release("admin", self._owner, self._admin_conf, admin)
+        self._seen_ids.update(ids)
+        self._found(gaps)
+        if self._deferred_error is not None:
+            return
+        _, _, resume_at = positions[0]
+        # librdkafka refuses to seek a partition its reset stopped ("erroneous state"): assign it anew
+        consumer = self._shared.locked if self._sub is not None else self._consumer
+        consumer.incremental_unassign([TopicPartition(topic, part)])
+        consumer.incremental_assign([TopicPartition(topic, part, resume_at)])
+        if self._sub is not None:
+            self._sub.positions[(topic, part)] = resume_at
 
     def _offsets_for_times(self, tps: list[TopicPartition], ts: int) -> list[TopicPartition]:
         try:
@@ -343,6 +413,9 @@ class KafkaSourceTask(SourceTask):
     def _message_error(self, m) -> None:
         err = m.error()
         if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if err.code() == KafkaError._AUTO_OFFSET_RESET and m.topic() in self._sp:
+            self._out_of_range(m.topic(), m.partition(), m.offset() if m.offset() is not None else -1)
             return
         if err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             raise RetriableError(f"consuming {m.topic()}[{m.partition()}]: {err.str()}")

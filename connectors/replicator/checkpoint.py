@@ -10,7 +10,10 @@ The ``checkpoint`` source runs in a pipeline whose sink writes to the *target* c
    cluster's consumer groups (Kafka groups, RocketMQ consumer groups per queue, Pulsar
    subscriptions: ``connectors.replicator.groups``) in the replicated topics and translates them
    into target positions, conservatively (a consumer resuming there may see duplicates, never a
-   gap);
+   gap); a group positioned in a *source gap* - records the source dropped before the mirror
+   copied them, which the mirror writes to the offset-syncs topic too - is never translated: a
+   consumer moved to the target would skip, without a word, records it never read (it is logged
+   and reported as ``checkpoint.untranslated|<group>|<partition>|in-source-gap``);
 3. it emits a checkpoint record per (group, source partition, target partition) whose
    translation changed: value ``{"group", "source": {"alias", "topic", "partition", "position"},
    "target": {"alias", "topic", "partition", "position", "inclusive"}, "ts"}``, key
@@ -47,7 +50,7 @@ from connect.connector import SourceConnector
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
-from connect.tasks.offsetsync import decode_sync
+from connect.tasks.offsetsync import GapSync, decode_sync
 from connectors.replicator import mm2format
 from connectors.replicator.groups import GROUP_BACKENDS, GroupPositions, cluster_groups
 from connectors.replicator.syncstore import SyncStore, Translation
@@ -59,11 +62,15 @@ log = logging.getLogger(__name__)
 
 _CONNECTION_KEY = {"kafka": "bootstrap.servers", "pulsar": "service.url", "rocketmq": "namesrv.addr"}
 _PLAIN_NAME = re.compile(r"[\w.\-%|]+")
-_NO_SYNC, _BEHIND = "no-sync-yet", "behind-oldest-sync"
+_NO_SYNC, _BEHIND, _IN_GAP = "no-sync-yet", "behind-oldest-sync", "in-source-gap"
+_GAPS_KEPT = 100  # source gaps remembered per source partition (the newest)
 _WHY = {_NO_SYNC: "has no offset sync yet (the mirror has copied nothing of this partition, or its syncs are not "
                   "in the offset-syncs topic)",
         _BEHIND: "is before every offset sync known (the mirror started after it, or older syncs left the "
-                 "offset-syncs topic by retention)"}
+                 "offset-syncs topic by retention)",
+        _IN_GAP: "is in a source gap: records the source dropped (retention, DeleteRecords) before the mirror "
+                 "copied them; a consumer moved to the target would skip records it never read without a word "
+                 "(see GET /connectors/<mirror>/gaps)"}
 _SHOWN = 50  # untranslated (group, partition) gauges reported at most
 _PARKED_GROUPS = 10_000  # groups whose parked partitions are remembered at most
 
@@ -173,13 +180,14 @@ class CheckpointSourceTask(SourceTask):
             self.upstream.close()
             raise
         self.store = SyncStore(self.upstream.order_key)
+        self.gaps: dict[str, list[tuple[Any, Any]]] = {}  # source partition key -> (first, last) never copied
         self.partition = {"checkpoint": f"{self.upstream_alias}->{self.downstream_alias}"}
         self._emitted: dict[tuple, tuple] = {}  # (group, source key, target) -> (source position, translation)
         self._next_at = time.monotonic()
         self.counts = {"checkpoint.syncs": 0, "checkpoint.syncs.invalid": 0, "checkpoint.syncs.other.flows": 0,
                        "checkpoint.groups": 0, "checkpoint.emitted": 0, "checkpoint.rounds": 0,
                        "checkpoint.groups.busy": 0, "checkpoint.applied": 0, "checkpoint.parked": 0,
-                       "checkpoint.targets.incomplete": 0}
+                       "checkpoint.targets.incomplete": 0, "checkpoint.source.gaps": 0}
         # (group, source partition key) -> why it is not translated: this round, the last whole round
         self._untranslatable: dict[tuple, str] = {}
         self._last_untranslatable: dict[tuple, str] = {}
@@ -202,6 +210,13 @@ class CheckpointSourceTask(SourceTask):
             if sync.source_alias != self.upstream_alias or sync.target_alias != self.downstream_alias:
                 self.counts["checkpoint.syncs.other.flows"] += 1
                 continue
+            if isinstance(sync, GapSync):
+                kept = self.gaps.setdefault(partition_key(sync.source_partition), [])
+                if (sync.first, sync.last) not in kept:
+                    kept.append((sync.first, sync.last))
+                    del kept[:-_GAPS_KEPT]
+                    self.counts["checkpoint.source.gaps"] += 1
+                continue
             self.store.add(sync)
             self.counts["checkpoint.syncs"] += 1
         return len(records)
@@ -221,6 +236,9 @@ class CheckpointSourceTask(SourceTask):
         per_target: dict[tuple, dict[str, Translation]] = {}  # target -> source key -> translation
         behind: set[str] = set()  # source partitions of the group behind every known sync
         for source_key, (sp, next_key) in positions.items():
+            if source_key in self.gaps and self._in_gap(source_key, next_key):
+                self._untranslated(group, source_key, next_key, _IN_GAP)
+                continue
             if not self.store.knows(source_key):
                 if str(sp.get("topic")) in topics:  # a replicated topic, nothing of this partition copied yet
                     self._untranslated(group, source_key, next_key, _NO_SYNC)
@@ -278,6 +296,15 @@ class CheckpointSourceTask(SourceTask):
             self._parked[group] = done
         else:
             self._parked.pop(group, None)
+
+    def _in_gap(self, source_key: str, next_key: Any) -> bool:
+        """The group's next record is one the source dropped before the mirror copied it."""
+        order = self.upstream.order_key  # gaps are of offset-numbered sources (Kafka, RocketMQ)
+        try:
+            return any(order({"offset": first}) <= next_key <= order({"offset": last})
+                       for first, last in self.gaps[source_key])
+        except (KeyError, TypeError, ValueError):  # positions of another kind (not comparable): not this gap's
+            return False
 
     # -- groups that cannot be translated: which, where, why ---------------------------------
     def _untranslated(self, group: str, source_key: str, next_key: Any, why: str) -> None:

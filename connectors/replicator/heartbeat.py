@@ -17,7 +17,11 @@ Three pieces, each an ordinary pipeline, so they work for any pair of brokers:
      latency; clocks of the two hosts);
    - ``heartbeat.<alias>.age_ms``: now - emission of the newest heartbeat seen (grows while the link
      is paused or broken);
-   - ``heartbeat.<alias>.healthy``: 1 while ``age_ms`` < ``timeout.ms``, else 0;
+   - ``heartbeat.<alias>.open_gaps``: open source gaps of the flows the newest heartbeat went
+     through (records those flows' sources dropped before they were copied, not acknowledged yet:
+     ``connect.source.gaps``; a replication flow marks what it copies while it has any,
+     ``GAPS_HEADER``);
+   - ``heartbeat.<alias>.healthy``: 1 while ``age_ms`` < ``timeout.ms`` and ``open_gaps`` is 0, else 0;
    - ``heartbeat.<alias>.hops``: copies the last heartbeat went through (its origin chain's length);
    - ``heartbeat.<alias>.count``: heartbeats seen by this task.
 
@@ -46,6 +50,7 @@ from connect.records import ConnectRecord, make_record
 from connect.sink import SinkTask
 from connect.source import SourceTask
 from connect.tasks.origin import DEFAULT_ORIGIN_PROPERTY, chain_of
+from connect.tasks.replication import open_gaps_of
 from connectors.replicator.groups import GROUP_BACKENDS
 from connectors.replicator.tail import TopicTail, side_keys
 
@@ -173,12 +178,13 @@ class HeartbeatSinkTask(SinkTask):
             if beat is None:
                 continue  # not a heartbeat (another writer shares the topic): nothing to measure
             alias, ts, inbound = beat
-            link = self.links.setdefault(alias, {"ts": 0.0, "latency_ms": 0.0, "count": 0, "hops": 0})
+            link = self.links.setdefault(alias, {"ts": 0.0, "latency_ms": 0.0, "count": 0, "hops": 0, "gaps": 0})
             link["count"] += 1
             if ts > link["ts"]:  # a copy of a heartbeat seen already (a slower path) measures nothing new
                 link["ts"] = ts
                 link["latency_ms"] = max(arrived - ts, 0.0)
                 link["hops"] = len(chain_of(r.headers, self.prop))
+                link["gaps"] = open_gaps_of(r.headers)
                 back = inbound.get(self.alias) if self.alias else None
                 if isinstance(back, (int, float)):
                     link["round_trip_ms"] = link["latency_ms"] + float(back)
@@ -195,7 +201,8 @@ class HeartbeatSinkTask(SinkTask):
             age = max(now - link["ts"], 0.0)
             out[f"heartbeat.{alias}.latency_ms"] = link["latency_ms"]
             out[f"heartbeat.{alias}.age_ms"] = age
-            out[f"heartbeat.{alias}.healthy"] = 1.0 if age < self.timeout_ms else 0.0
+            out[f"heartbeat.{alias}.open_gaps"] = float(link["gaps"])
+            out[f"heartbeat.{alias}.healthy"] = 1.0 if age < self.timeout_ms and not link["gaps"] else 0.0
             out[f"heartbeat.{alias}.hops"] = float(link["hops"])
             out[f"heartbeat.{alias}.count"] = float(link["count"])
             if "round_trip_ms" in link:

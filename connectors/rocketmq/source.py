@@ -25,8 +25,11 @@ offset with this project's client.
   holds a pull on a queue with nothing new up to ``pull.suspend.ms``, RocketMQ's long polling). A
   poll returns at most ``context.poll_limit`` records; what a pull brought beyond it is kept on its
   queue and returned first, and the queue is pulled again once it is gone. A queue whose offset the
-  broker reports as moved (retention deleted what was next) continues at the broker's offset and the
-  skip is logged with its size.
+  broker reports as moved (retention deleted what was next) is a gap (``connect.source.gaps``):
+  under ``source.gap.policy=fail`` the pair fails naming the queue and the offset range, under
+  ``report`` it continues at the broker's offset and the gap is recorded. A queue resumed from a
+  committed offset is checked against its min offset likewise (OFFSET_TOO_SMALL), and resumes at its
+  max offset when the committed one is beyond it (OFFSET_OVERFLOW: nothing the broker holds is skipped).
 - Tags are filtered by the broker (hash codes) and again here by the tag itself, as RocketMQ's
   clients do. Records carry what :mod:`connectors.rocketmq.mapping` says.
 """
@@ -45,6 +48,7 @@ from connect.config import ConfigDef, Importance, Type, at_least, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
+from connect.source.gaps import FAIL, GAP_POLICY_KEY, LOG_START, SourceGap, SourceGapError, gap_keys
 from connect.source.partitioned import (
     ASSIGNMENT_KEY,
     EARLIEST_KEY,
@@ -74,6 +78,7 @@ CONFIG = CLIENT_CONFIG.merge(
     .define("pull.batch.size", Type.INT, 512, "Most messages one pull asks for.", validator=at_least(1))
     .define("pull.suspend.ms", Type.INT, 1000, "How long the broker holds a pull on a queue with nothing new "
             "(long polling).", validator=at_least(0))
+    .merge(gap_keys())
     .merge(source_keys(partitions="queues", time_kind="store time", refresh_ms=30_000, poll_batch=False,
                        refresh_why="a listing reads the name server's topic list and every topic's route, as "
                        "RocketMQ's own clients poll the name server every 30 s."))
@@ -225,13 +230,15 @@ class RocketMQSourceTask(SourceTask):
         self._queues: list[_Queue] = []
         self._start_offsets: dict[str, dict] = {}
         self._brokers: dict[str, str] = {}  # broker name -> master address
+        self._gaps: list[SourceGap] = []
+        self._gap_error: SourceGapError | None = None
         reader = context.offset_storage_reader
         for name, queue_id in assignment:
             topic, _, broker = name.rpartition(_QUEUE_SEP)
             q = _Queue(topic, broker, queue_id, tags.get(topic, cfg["topics.tags"]))
             committed = reader.offset(q.sp)
             if committed is not None:
-                q.next = int(committed["offset"]) + 1
+                q.next = self._resumed(q, int(committed["offset"]) + 1)
             else:
                 q.next = self._start(q, (name, queue_id) in discovered)
                 self._start_offsets[q.key] = {"offset": q.next - 1}
@@ -269,6 +276,54 @@ class RocketMQSourceTask(SourceTask):
     def start_offsets(self) -> dict[str, dict]:
         return self._start_offsets
 
+    # -- gaps (connect.source.gaps) -------------------------------------------------------------------
+    def _resumed(self, q: _Queue, position: int) -> int:
+        """Where a queue resumed at ``position`` really starts: its min offset past a gap (report),
+        its max offset when the position is beyond it (the queue was emptied or re-created smaller)."""
+        addr = self._address(q.broker, q.topic)
+        try:
+            low = self._client.min_offset(addr, q.topic, q.queue)
+            high = self._client.max_offset(addr, q.topic, q.queue)
+        except ConnectError as exc:
+            raise RetriableError(f"cannot read the offsets of {q.topic}[{q.broker}:{q.queue}]: {exc}") from exc
+        if position < low:
+            self._gap(q, position, low)
+            return position if self._gap_error is not None else low
+        if position > high:
+            log.warning("%s[%s:%d]: the committed position %d is beyond the queue's max offset %d (OFFSET_OVERFLOW); "
+                        "resuming there (no message the broker holds is skipped)", q.topic, q.broker, q.queue,
+                        position, high)
+            return high
+        return position
+
+    def _gap(self, q: _Queue, first: int, resume_at: int) -> None:
+        gap = SourceGap(q.topic, f"{q.broker}:{q.queue}", first, resume_at - 1, resume_at - first, LOG_START,
+                        self._cfg[GAP_POLICY_KEY], {q.key: {"offset": resume_at - 1}})
+        self._gaps.append(gap)
+        if gap.policy == FAIL and self._gap_error is None:
+            self._gap_error = SourceGapError(gap)
+
+    def _skipped_gone(self, q: _Queue, result) -> bool:
+        """A pull that moves the queue on without messages: past what the broker removed (below its
+        min offset, or - with no tag filter, so nothing was filtered out - past commit log that was
+        being deleted, MESSAGE_WAS_REMOVING answered as PULL_RETRY_IMMEDIATELY) is a gap. True when
+        the pair stops at it (fail)."""
+        if q.next < result.min_offset:
+            end = min(result.next_begin_offset, result.min_offset)
+        elif q.filter is None and result.status == "NO_MATCHED_MSG":
+            end = result.next_begin_offset
+        else:
+            return False
+        self._gap(q, q.next, end)
+        if self._gap_error is not None:
+            q.retry_at = float("inf")
+            return True
+        return False
+
+    def take_gaps(self) -> list[SourceGap]:
+        gaps, self._gaps = self._gaps, []
+        return gaps
+
     # -- reading ------------------------------------------------------------------------------------
     def _issue(self, q: _Queue) -> None:
         try:
@@ -286,6 +341,8 @@ class RocketMQSourceTask(SourceTask):
         epoch, in flight); a pull's records beyond it are kept on its queue and returned first, and
         the queue is pulled again only once they are gone."""
         out: list[ConnectRecord] = []
+        if self._gap_error is not None:
+            raise self._gap_error  # source.gap.policy=fail: nothing is read past a gap until it is acknowledged
         most = self.context.poll_limit
         if most <= 0:
             return out
@@ -331,16 +388,27 @@ class RocketMQSourceTask(SourceTask):
         except ConnectError as exc:
             raise ConnectError(f"pull of {where} at {q.next} failed: {exc}") from exc
         q.top = result.max_offset
-        if result.status == "OFFSET_ILLEGAL":
+        if result.status == "OFFSET_ILLEGAL":  # PULL_OFFSET_MOVED
             if result.next_begin_offset > q.next:
-                log.warning("%s: offset %d is gone from the broker (min %d); %d message(s) skipped, continuing at %d",
-                            where, q.next, result.min_offset, result.next_begin_offset - q.next, result.next_begin_offset)
+                self._gap(q, q.next, result.next_begin_offset)
+                if self._gap_error is not None:
+                    q.retry_at = float("inf")  # stopped at the gap: the next poll raises
+                    return
             q.next = result.next_begin_offset
             return
         if result.status != "FOUND":
+            if result.next_begin_offset > q.next and self._skipped_gone(q, result):
+                return
             q.next = max(q.next, result.next_begin_offset)
             return
         keep = q.filter
+        if keep is None and result.messages and result.messages[0].queue_offset > q.next:
+            # no tag filter, so nothing was filtered out: the messages before the first one found were
+            # removed from the commit log while the pull read (MESSAGE_WAS_REMOVING entries are skipped)
+            self._gap(q, q.next, result.messages[0].queue_offset)
+            if self._gap_error is not None:
+                q.retry_at = float("inf")
+                return
         sp, topic, hint = q.sp, q.topic, q.queue
         record = make_record
         append = out.append

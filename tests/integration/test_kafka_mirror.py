@@ -109,7 +109,7 @@ def test_start_position_latest_and_timestamp(kafka_pair, spark, tmp_path, unique
     driver = make_driver(spark, tmp_path / "latest", latest)
     try:
         driver.run_epoch()  # resolves "latest" and persists it before any record arrives
-        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 20}]
+        assert _partition_offsets(driver) == [{"offset": 20}]
     finally:
         driver.close()
     produce(src.bootstrap, single, 50, 1, start=21)  # written while the connector is down
@@ -144,14 +144,14 @@ def test_rejected_record_goes_to_dead_letter_topic_and_offsets_advance(kafka_pai
         "errors.deadletterqueue.topic.name": f"{topic}-dlq", "errors.retry.timeout": 300})
     driver = make_driver(spark, tmp_path, pipeline)
     try:
-        assert list(driver.runtimes[0].offsets.values()) == []
+        assert _partition_offsets(driver) == []
         driver.run_epoch()  # the first epoch persists where the partition starts, before data
-        assert list(driver.runtimes[0].offsets.values()) == [{"offset": -1}]
+        assert _partition_offsets(driver) == [{"offset": -1}]
         results = driver.run_epoch()
         assert [r.state for r in results] == ["RUNNING"]
         assert results[0].stats["dead_lettered"] == 1 and results[0].stats["errors"] == 1
         assert driver.runtimes[0].offsets  # offsets advanced past the dead-lettered record
-        assert list(driver.runtimes[0].offsets.values()) == [{"offset": 9}]
+        assert _partition_offsets(driver) == [{"offset": 9}]
     finally:
         driver.close()
     out = consume_all(dst.bootstrap, f"{topic}-out", [0], 9)
@@ -177,7 +177,7 @@ def test_rejected_record_without_tolerance_fails_the_task_and_keeps_its_offset(k
         results = driver.run_epoch()
         assert results[0].state == "FAILED"
         assert f"{topic}[0]@{{'offset': 2}}" in results[0].trace
-        assert list(driver.runtimes[0].offsets.values()) == [{"offset": -1}]  # nothing past the failed record
+        assert _partition_offsets(driver) == [{"offset": -1}]  # nothing past the failed record
         assert driver.runtimes[0].tasks[0].state == "FAILED"
         assert driver.run_epoch() == []  # a failed pair is not scheduled again
     finally:
@@ -215,7 +215,7 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
         sink_config=pipeline.sink_config, policy=RunnerPolicy(epoch_max_ms=2000, retry_timeout_ms=500))
     try:
         positioning = runner.run_epoch(0)
-        assert positioning.offsets == {next(iter(positioning.offsets)): {"offset": -1}}
+        assert [v for k, v in positioning.offsets.items() if '"topic.identity"' not in k] == [{"offset": -1}]
         committed = {}
         for epoch in range(1, 6):  # epochs end without draining: acknowledgements may come an epoch later
             first = runner.run_epoch(epoch)
@@ -330,3 +330,8 @@ def test_a_pair_stays_in_its_home_process_while_spark_rotates_python_workers(kaf
     assert all(r.state == "RUNNING" for r in results), [r.trace for r in results]
     assert [r.restarted for r in results[1:]] == [False] * 7, [(r.pid, r.restarted) for r in results]
     assert len({r.pid for r in results}) == 1
+
+
+def _partition_offsets(driver) -> list:
+    """The partitions' offsets, without the topic identities kept beside them (connectors.kafka.gaps)."""
+    return [v for k, v in driver.runtimes[0].offsets.items() if '"topic.identity"' not in k]

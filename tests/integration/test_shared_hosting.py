@@ -14,6 +14,7 @@ import time
 
 from confluent_kafka import Producer
 from kafka_util import consume_all, create_topic, produce
+from pipeline_util import partition_offsets
 
 from worker.pipeline import parse_pipeline
 from worker.runtime.driver import Driver
@@ -55,7 +56,7 @@ class _Running:
 
     def committed(self, name: str) -> int:
         rt = next(r for r in self.driver.runtimes if r.name == name)
-        return sum(o["offset"] + 1 for o in rt.offsets.values() if o)
+        return sum(o["offset"] + 1 for o in partition_offsets(rt.offsets) if o)
 
     def of(self, name: str) -> list:
         with self.lock:

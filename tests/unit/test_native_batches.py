@@ -14,7 +14,7 @@ from connect.source import SourceTask
 from connect.tasks.fused import FusedReplication
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.replication import DEFAULT_ORIGIN_PROPERTY as PROP
-from connect.tasks.replication import replication_stages
+from connect.tasks.replication import GAPS_HEADER, open_gaps_of, replication_stages
 from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
 from connect.tasks.stages import RecordStages, StageChain, build_chain
@@ -184,6 +184,26 @@ def test_fused_replication_decides_as_the_record_stages(policy, max_hops, topolo
         assert [out.topic_of(i) for i in range(len(out))] == [r.topic for r in expected]
         assert [out.headers_of(i) for i in range(len(out))] == [r.headers for r in expected]
 
+
+
+def test_a_flow_with_open_source_gaps_marks_what_it_writes_on_both_paths_until_they_are_acknowledged():
+    sp = {"topic": "t", "partition": 0}
+    records = [ConnectRecord("t1", b"k", b"v", None if h is None else list(h), i, sp, {"offset": i}, 0)
+               for i, h in enumerate([None, [(PROP, b"X")], [(GAPS_HEADER, b"2"), (PROP, b"X")]])]
+    stages = StageChain(replication_stages("A", "B", prop=PROP),
+                        FusedReplication("A", "B", prop=PROP).apply)
+
+    def marks() -> tuple[list, list]:
+        expected, _, _ = stages.apply(list(records))
+        out, _ = stages.native(NativeBatch("records", list(records), _RecordCodec(), {}, "t1"))
+        native = [open_gaps_of(out.headers_of(i)) for i in range(len(out))]
+        return [open_gaps_of(r.headers) for r in expected], native
+
+    assert marks() == ([0, 0, 2], [0, 0, 2])  # no gap here: what came marked from upstream stays as it was
+    stages.mark_open_gaps(3)
+    assert marks() == ([3, 3, 5], [3, 3, 5])  # this flow's gaps, added to those of the flows before it
+    stages.mark_open_gaps(0)  # acknowledged: the fused step's cached outcomes go with the mark
+    assert marks() == ([0, 0, 2], [0, 0, 2])
 
 # -- delivery slots (``connectors.kafka.delivery``) ------------------------------------------------
 def test_delivery_slots_are_reused_once_reported_and_never_shared():

@@ -11,7 +11,7 @@ import pytest
 from connect.errors import DeliveryError
 from connect.records import make_record, partition_key
 from connect.sink.side import SideWriter
-from connect.tasks.offsetsync import AckedPositions, OffsetSync, OffsetSyncEmitter, decode_sync
+from connect.tasks.offsetsync import AckedPositions, GapSync, OffsetSync, OffsetSyncEmitter, decode_sync
 from connectors.replicator.syncstore import SyncStore, Translation
 
 SP = {"topic": "orders", "partition": 0}
@@ -172,6 +172,19 @@ def test_emitter_spaces_syncs_and_writes_the_final_position_once_idle(monkeypatc
     assert emitter.metrics() == {"offset_syncs.emitted": 2.0, "offset_syncs.failed": 0.0, "offset_syncs.thinned": 0.0}
 
 
+def test_emitter_writes_source_gaps_of_known_extent_as_gap_records():
+    writer = Collecting()
+    emitter = OffsetSyncEmitter(AckedPositions(), lambda: writer, topic="syncs", source_alias="A", target_alias="B",
+                                interval_ms=1000, name="t")
+    sp_key = partition_key(SP)
+    identity = partition_key({"topic.identity": SP["topic"], "partition": "0"})
+    emitter.add_gaps([{"first": 100, "last": 149, "records": 50, "resume": {identity: {"id": "x"}, sp_key: {"offset": 149}}},
+                      {"first": 7, "last": None, "records": None, "resume": {sp_key: {"offset": -1}}}])  # re-created
+    assert emitter.emit() == 1
+    [gap] = [decode_sync(r.value) for r in writer.records]
+    assert isinstance(gap, GapSync) and (gap.first, gap.last, gap.records) == (100, 149, 50)
+    assert gap.source_partition == SP and (gap.source_alias, gap.target_alias) == ("A", "B")
+
 def test_emitter_writes_every_distance_point_of_a_backlog_acknowledged_at_once(monkeypatch):
     """A backlog copied between two commit points still gets a sync every max_lag records (not one at its
     end), and the newest record once the partition is idle for the interval."""
@@ -251,6 +264,10 @@ class _Upstream:
     def positions(self, group, topics):
         return self._positions
 
+    @staticmethod
+    def order_key(offset):
+        return int(offset["offset"])
+
 
 class _Downstream:
     def __init__(self):
@@ -271,6 +288,7 @@ def _checkpoint_task(store_, positions):
     task.counts = {k: 0 for k in ("checkpoint.emitted", "checkpoint.applied", "checkpoint.parked",
                                   "checkpoint.targets.incomplete")}
     task._untranslatable, task._last_untranslatable, task._reported, task._parked = {}, {}, {}, {}
+    task.gaps = {}
     task.context = type("Ctx", (), {"task_id": "cp-0"})()
     return task
 
@@ -297,6 +315,15 @@ def test_a_target_partition_fed_by_two_source_partitions_moves_only_when_both_tr
     assert task.downstream.applied == [{("orders", 0): Translation(300, False)}]
     assert len({r.key for r in out}) == 2  # one key per source partition
 
+
+@pytest.mark.parametrize("next_position,translated", [(99, True), (100, False), (149, False), (150, True)])
+def test_a_group_whose_next_record_is_in_a_source_gap_is_not_translated(next_position, translated):
+    s = store(sync(98, 500), sync(150, 510))  # 99 copied to 501 (no sync of it), 100..149 never copied
+    task = _checkpoint_task(s, {partition_key(SP): (SP, next_position)})
+    task.gaps = {partition_key(SP): [(100, 149)]}
+    task._checkpoint_group("g", ["orders"], 1, out := [])
+    assert bool(out) is translated
+    assert task._untranslatable == ({} if translated else {("g", partition_key(SP)): "in-source-gap"})
 
 def test_a_parked_target_partition_is_parked_once_until_it_translates():
     p0, p1 = {"topic": "orders", "broker": "a", "queue": 0}, {"topic": "orders", "broker": "b", "queue": 0}

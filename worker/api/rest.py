@@ -32,6 +32,7 @@ from worker.api.requesterrors import request_error
 from worker.api.restguard import DEFAULT_MAX_BODY, DEFAULT_MAX_DEPTH, RestGuard
 from worker.api.routes_admin import admin_routes
 from worker.api.routes_connectors import connector_routes
+from worker.api.routes_gaps import gap_routes
 from worker.api.routes_loggers import logger_routes
 from worker.api.routes_plugins import plugin_routes
 from worker.api.routes_replicators import replicator_routes
@@ -96,6 +97,7 @@ def create_app(herder: Herder, *, auth: RestAuth | None = None, metrics: Any = N
     admin_routes(app, herder, metrics, VERSION)
     connector_routes(app, herder)
     state_routes(app, herder)
+    gap_routes(app, herder)
     # plugins, active topics (KIP-558), loggers (KIP-495)
     plugin_routes(app, herder, read_body)
     topic_routes(app, herder)

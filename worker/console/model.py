@@ -22,7 +22,8 @@ one); a PAUSED or STOPPED connector still moving records is *draining* its last 
 actions that apply to the state are listed (:func:`actions`).
 
 Health of a flow, first match wins: ``failing`` (the connector or a task pair FAILED or restarting
-after a failure, or a pair retrying transient trouble), ``paused``, ``stopped``, ``starting``
+after a failure, a pair retrying transient trouble, or an open source gap: records the source
+dropped before they were copied, not yet acknowledged), ``paused``, ``stopped``, ``starting``
 (UNASSIGNED, RESTARTING), ``stale`` (a heartbeat monitor in its target cluster says the heartbeats
 from its source cluster are older than the monitor's ``timeout.ms``), ``lagging`` (what is left to
 deliver would take more than :data:`LAGGING_S` seconds at the rate it acknowledges now; with
@@ -87,9 +88,13 @@ def draining(state: str, records_rate: float | None) -> bool:
     return state in ("PAUSED", "STOPPED") and bool(records_rate and records_rate > 0)
 
 
+def _open_gaps(status: dict[str, Any]) -> int:
+    return int((status["connector"].get("gaps") or {}).get("open") or 0)
+
+
 def _health(state: str, tasks: list[dict[str, Any]], stale: bool, lag: float | None,
-            acked_rate: float | None) -> str:
-    if state == "FAILED" or any(t["state"] in ("FAILED", "RESTARTING") or t.get("retrying") for t in tasks):
+            acked_rate: float | None, open_gaps: int = 0) -> str:
+    if state == "FAILED" or open_gaps or any(t["state"] in ("FAILED", "RESTARTING") or t.get("retrying") for t in tasks):
         return "failing"
     if state == "PAUSED":
         return "paused"
@@ -215,7 +220,9 @@ class ConsoleViews:
             f = figures.get(name, {})
             flows.append({
                 "name": name, "source": source, "target": target, "state": state,
-                "health": _health(state, tasks, (source, target) in stale, lag["records"] if lag else None, acked_rate),
+                "health": _health(state, tasks, (source, target) in stale, lag["records"] if lag else None, acked_rate,
+                                  _open_gaps(status)),
+                "gaps": status["connector"].get("gaps"),
                 "draining": draining(state, records_rate),
                 "tasks": {"total": len(tasks), "running": sum(t["state"] == "RUNNING" for t in tasks),
                           "failed": sum(t["state"] == "FAILED" for t in tasks)},
@@ -273,7 +280,8 @@ class ConsoleViews:
         return {
             "worker": self._worker_view(), "name": name, "source": source, "target": target,
             "source_kind": source_kind, "target_kind": target_kind, "status": status,
-            "health": _health(state, status["tasks"], bool(stale), lag["records"] if lag else None, acked_rate),
+            "health": _health(state, status["tasks"], bool(stale), lag["records"] if lag else None, acked_rate,
+                              _open_gaps(status)),
             "draining": draining(state, records_rate), "actions": actions(state),
             "records_per_second": _round(records_rate), "acknowledged_per_second": _round(acked_rate),
             "chart": self.history.chart(name), "heartbeat": self.history.heartbeat_latency(name),

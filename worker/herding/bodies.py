@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from connect.records import partition_key
+from connect.source.gaps import is_bookkeeping_key
 from worker.herding.model import BadRequest
 
 __all__ = ["strings", "offset_changes"]
@@ -55,5 +56,9 @@ def offset_changes(body: Any) -> dict[str, dict[str, Any] | None]:
         offset = entry["offset"]
         if offset is not None and (not isinstance(offset, dict) or not offset):
             raise BadRequest(f"{where}.offset: must be a non-empty object, or null")
-        changes[partition_key(partition)] = offset
+        key = partition_key(partition)
+        if is_bookkeeping_key(key):  # the worker's gap bookkeeping (connect.source.gaps), not a source partition
+            raise BadRequest(f"{where}.partition: names the worker's source-gap bookkeeping, not a source partition "
+                             "(acknowledge gaps through POST /connectors/<name>/gaps/acknowledge)")
+        changes[key] = offset
     return changes

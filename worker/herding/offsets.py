@@ -1,5 +1,10 @@
 """A connector's committed offsets: shown at any time, altered or reset only while it is STOPPED
-(Kafka Connect's KIP-875), so no task pair reads them meanwhile."""
+(Kafka Connect's KIP-875), so no task pair reads them meanwhile.
+
+Only source partitions are shown and altered: the worker's gap bookkeeping kept among the offsets
+(topic identities, gap ledgers: ``connect.source.gaps``)
+is left out. A reset (DELETE) removes it with the offsets: the connector starts afresh, and its
+recorded gaps go too (an open gap, once acknowledged, would move a partition past the reset)."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from connect.source.gaps import is_bookkeeping_key
 from worker.herding.bodies import offset_changes
 from worker.herding.model import STOPPED, HerdedConnector, StateConflict
 from worker.herding.registry import Registry
@@ -23,7 +29,8 @@ class ConnectorOffsets:
     def offsets(self, name: str) -> dict[str, Any]:
         self._registry.get(name)
         stored = self._offsets.load(name)
-        return {"offsets": [{"partition": orjson.loads(key), "offset": value} for key, value in sorted(stored.items())]}
+        return {"offsets": [{"partition": orjson.loads(key), "offset": value} for key, value in sorted(stored.items())
+                            if not is_bookkeeping_key(key)]}
 
     def alter(self, name: str, body: Any) -> dict[str, str]:
         with self._registry.mutate:

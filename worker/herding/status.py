@@ -11,6 +11,7 @@ from connect.tasks.results import FAILED, RUNNING, EpochResult
 from worker.herding.model import PAUSED, UNASSIGNED, ConnectorNotFound, HerdedConnector
 from worker.herding.registry import Registry
 from worker.runtime.driver import Executor
+from worker.runtime.gapledger import gap_totals, gaps_view
 from worker.stores.store import StatusBackend, StoredStatus
 from worker.telemetry.topics import ActiveTopics
 
@@ -47,6 +48,10 @@ class StatusBoard:
             if behind is not None:  # left to deliver, from the committed offsets (worker.telemetry.lag)
                 connector["lag"] = {"records": behind[0], "seconds": round(behind[1], 1)}
             tasks = [self.task_entry(c, t) for t in c.runtime.tasks] if c.runtime is not None else []
+            gaps = gaps_view(c.runtime.stored_offsets()) if c.runtime is not None else []
+            if gaps:  # records the source dropped before they were copied (worker.runtime.gapledger)
+                connector["gaps"] = {"open": sum(1 for g in gaps if g["open"]),
+                                     "records": sum(g["records"] or 0 for g in gaps), "list": gaps[-20:]}
             return {"name": name, "connector": connector, "tasks": tasks, "type": "source"}
 
     def task_status(self, name: str, task: int) -> dict[str, Any]:
@@ -101,6 +106,8 @@ class StatusBoard:
         if self._metrics is not None:
             for r in results:
                 self._metrics.epoch(c.name, r)
+            if c.runtime is not None:
+                self._metrics.set_gaps(c.name, gap_totals(c.runtime.stored_offsets()))
         self.publish_tasks(c)
 
     def publish_tasks(self, c: HerdedConnector) -> None:

@@ -36,6 +36,7 @@ from connect.transforms.topics import unknown_note
 from worker.pipeline import SIDE_CONFIG, PipelineConfig
 from worker.replication.topology import with_topologies
 from worker.runtime.control import ControlServer
+from worker.runtime.gapledger import acknowledge_writes, ledger_writes, open_gaps
 from worker.runtime.partition import TaskPairSpec
 from worker.stores.store import OffsetStore
 from worker.telemetry.lag import CommittedLag
@@ -197,6 +198,8 @@ class PipelineRuntime:
         now = time.monotonic()
         tokens: dict[int, str] = {}
         specs = []
+        with self._offsets_lock:
+            gaps = open_gaps(self.offsets)
         for t in self.tasks:
             if not self._due(t, now):
                 continue
@@ -207,7 +210,8 @@ class PipelineRuntime:
                                       offset_syncs_config=self.offset_syncs_config(t.sink_config),
                                       sink_connector_class=self.pipeline.sink_class,
                                       dlq_connector_class=self.pipeline.dlq_class,
-                                      secrets=self._secrets, transforms=self.pipeline.transforms))
+                                      secrets=self._secrets, transforms=self.pipeline.transforms,
+                                      open_gaps=gaps))
         return specs, tokens
 
     def next_restart_in(self) -> float | None:
@@ -259,15 +263,29 @@ class PipelineRuntime:
         offsets: dict[str, dict[str, Any]] = {}
         for result in accepted:
             offsets.update(result.offsets)
-        if offsets:
-            self._store.commit(self.name, offsets)
-            with self._offsets_lock:
+        with self._offsets_lock:  # gaps found are written with the offsets (worker.runtime.gapledger)
+            offsets.update(ledger_writes(self.offsets, ((r.gaps, r.offsets) for r in accepted if r.gaps), self.name))
+            if offsets:
+                self._store.commit(self.name, offsets)
                 self.offsets.update(offsets)
         if accepted:
             self.measure_lag()
         for result in accepted:
             self._record(result)
         return accepted
+
+    def acknowledge_gaps(self, by: str) -> int:
+        """Mark the open source gaps acknowledged; those the pairs stopped at resume after them."""
+        with self._offsets_lock:
+            writes, count = acknowledge_writes(self.offsets, by, time.time())
+            if writes:
+                self._store.commit(self.name, writes)
+                self.offsets.update(writes)
+        return count
+
+    def stored_offsets(self) -> dict[str, Any]:
+        with self._offsets_lock:
+            return dict(self.offsets)
 
     def measure_lag(self) -> None:
         """Lag against the committed offsets (``worker.telemetry.lag``), at most once a second."""

@@ -86,6 +86,7 @@ class TaskPairSpec:
     secrets: frozenset[str] = frozenset()  # values this process's log lines must never show
     transforms: TransformsConfig | None = None  # the connector's transforms and predicates, parsed
     final: bool = False  # the pair runs elsewhere next: drain what is in flight, no bridge after it
+    open_gaps: int = 0  # the connector's open source gaps (worker.runtime.gapledger), marked on what a flow writes
 
 
 @attrs.frozen
@@ -335,6 +336,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
             if control is not None:
                 _start_reaper()
         try:
+            cached.runner.mark_open_gaps(spec.open_gaps)
             result = cached.runner.run_epoch(spec.epoch, drain=spec.final)
         finally:
             cached.used_at = time.monotonic()

@@ -51,6 +51,7 @@ from prometheus_client.utils import floatToGoString
 
 from connect import __version__
 from connect.tasks.results import FAILED, OTHER_REASONS, REASON_SHOWN, REASONS_KEPT, RUNNING, EpochResult
+from worker.runtime.gapledger import gap_totals
 
 __all__ = ["ConnectMetrics", "STATES", "DURATION_BUCKETS", "RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED",
            "RESTARTING"]
@@ -213,6 +214,7 @@ class ConnectMetrics:
         self._executor: Any = None
         self._reasons: dict[str, dict[str, int]] = {}  # connector -> failure reason -> records (bounded)
         self._last_failure: dict[str, tuple[int, float, str]] = {}  # connector -> (task, unix time, trace)
+        self._gaps: dict[str, dict[tuple[str, str], float]] = {}  # connector -> (topic, partition) -> records
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self._families))
 
@@ -358,6 +360,7 @@ class ConnectMetrics:
             self._connector_states.pop(connector, None)
             self._reasons.pop(connector, None)
             self._last_failure.pop(connector, None)
+            self._gaps.pop(connector, None)
 
     def figures(self, connectors: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """Per connector (every one with series, or those named), its figures for the console in one
@@ -418,6 +421,9 @@ class ConnectMetrics:
             states = {int(t.task): RESTARTING if t.state == FAILED and t.restart_at is not None else _state(t.state)
                       for t in tasks}
             connector = RUNNING if rt.alive() else FAILED
+            stored = getattr(rt, "stored_offsets", None)
+            if stored is not None:
+                self.set_gaps(rt.name, gap_totals(stored()))
             with self._lock:
                 for key in [k for k in (*self._tasks, *self._task_states) if k[0] == rt.name and k[1] not in current]:
                     self._tasks.pop(key, None)
@@ -425,6 +431,14 @@ class ConnectMetrics:
                 for task, state in states.items():
                     self._task_states[(rt.name, task)] = state
                 self._connector_states[rt.name] = connector
+
+    def set_gaps(self, connector: str, totals: Mapping[tuple[str, str], float]) -> None:
+        """Records counted in the connector's source gaps, per (topic, partition) (``worker.runtime.gapledger``)."""
+        with self._lock:
+            if totals:
+                self._gaps[connector] = dict(totals)
+            else:
+                self._gaps.pop(connector, None)
 
     def on_epoch(self, epoch: int, results: list[EpochResult], runtimes: list[Any]) -> None:
         """The driver's ``on_epoch`` hook: record ``results``, then :meth:`sync` the runtimes."""
@@ -513,5 +527,13 @@ class ConnectMetrics:
                 lag_seconds.add_metric([*labels, part], seconds)
         out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values(), reported,
                 lag_records, lag_seconds]
+        gaps = CounterMetricFamily("connect_source_gap_records", "Records the source dropped before they were "
+                                   "copied (retention, DeleteRecords; 0 for a gap that cannot be counted, e.g. a "
+                                   "re-created topic), per source partition; see GET /connectors/{name}/gaps.",
+                                   labels=["connector", "topic", "partition"])
+        for name, totals in sorted(self._gaps.items()):
+            for (topic, part), records in sorted(totals.items()):
+                gaps.add_metric([name, topic, part], records)
+        out.append(gaps)
         out.extend(self._executor_families())
         return out
