@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from readme_connector import install_readme_sink
+from readme_connector import readme_sink
 from readme_util import ROOT, SHELL_FENCES, SHELL_SECTIONS, TEST_KIT, TRANSFORMS, WRITING, Block, all_blocks, blocks
 
 from connect.clientpolicy import ClientConfigPolicy
@@ -85,16 +85,16 @@ def test_json_connector_examples_validate(block, tmp_path, monkeypatch):
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     monkeypatch.syspath_prepend(str(tmp_path))
-    install_readme_sink(tmp_path)
     documents = _documents(block.text)
     assert documents, _label(block)
-    for i, document in enumerate(documents):
-        sink_path = document["config"].get("sink.path")
-        policy = ClientConfigPolicy.from_settings(allowed_paths=str(Path(sink_path).parent) if sink_path else ())
-        path = tmp_path / f"connector-{i}.json"
-        path.write_text(json.dumps(document))
-        pipeline = load_pipeline_file(path, policy)  # raises ConfigError naming every bad key
-        assert pipeline.name == document["name"]
+    with readme_sink(tmp_path):  # the alias "upper" must not outlive this test (test_plugins.py owns one)
+        for i, document in enumerate(documents):
+            sink_path = document["config"].get("sink.path")
+            policy = ClientConfigPolicy.from_settings(allowed_paths=str(Path(sink_path).parent) if sink_path else ())
+            path = tmp_path / f"connector-{i}.json"
+            path.write_text(json.dumps(document))
+            pipeline = load_pipeline_file(path, policy)  # raises ConfigError naming every bad key
+            assert pipeline.name == document["name"]
 
 
 def _python_classes(page: str) -> dict[str, set[str]]:
