@@ -172,6 +172,22 @@ class SinkTask:
         return {}
 
     def put(self, records: Sequence[ConnectRecord]) -> None:
+        """Deliver ``records`` (in order per source partition), or start delivering them.
+
+        - Every record ends with exactly one outcome: delivered, or reported with
+          ``self.context.errant_record_reporter.report(record, error)`` - a ``RetriableError`` for
+          trouble that may pass (the runner re-sends that record, behind every earlier one), any
+          other error (``DeliveryError``) for a permanent refusal (dead-letter topic or
+          ``errors.tolerance``, else the pair fails). Never drop a record silently.
+        - A synchronous sink may deliver here, or buffer and deliver in ``flush``. An asynchronous
+          one sends here and reports outcomes later (``checkpoint``, ``wait_outcomes``; see
+          ``QueuedOutcomes``). Offsets move only past records with an outcome.
+        - Block at most ``self.context.time_left()`` seconds. An asynchronous sink reports records
+          it could not hand to its client in time as not sent (``InOrderReports.not_sent``).
+        - Raising ``RetriableError`` retries the whole call with backoff (within
+          ``errors.retry.timeout``); any other exception fails the pair.
+        - A record's ``value`` may be ``None`` (a tombstone), and its ``key`` too.
+        """
         raise NotImplementedError
 
     # Kinds of ``connect.batch.NativeBatch`` this sink produces from (``put_native``): a pair whose

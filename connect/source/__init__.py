@@ -102,6 +102,23 @@ class SourceTask:
         raise NotImplementedError
 
     def poll(self) -> Sequence[ConnectRecord] | None:
+        """The next records, in source order per ``source_partition``; ``None`` or empty when
+        there is nothing now. Called again and again on one thread while the epoch lasts.
+
+        - Block at most ``self.context.time_left()`` seconds (the epoch's deadline); return what
+          was read so far rather than wait past it.
+        - Return at most ``self.context.poll_limit`` records (more only overshoots the epoch's and
+          ``max.in.flight.records``' bounds).
+        - Each record carries ``source_partition`` and ``source_offset``: the offset committed for
+          that partition once the record and every one before it were delivered, and what ``start``
+          is given back after a restart. A record returned is never returned again by this task
+          instance; a restart replays from the last committed offset.
+        - Raise ``RetriableError`` for trouble that may pass (the broker is unreachable): the call is
+          retried with backoff within ``errors.retry.timeout``. Any other exception fails the pair,
+          its trace in the status.
+        - With ``self.context.native_batches`` set, a source whose ``native_kind`` is not None may
+          return a ``connect.batch.NativeBatch`` instead of records.
+        """
         raise NotImplementedError
 
     def commit(self) -> None:
