@@ -1,5 +1,5 @@
 """Transforms and predicates over the wire: real Apache Kafka, pulsar-lite and Apache RocketMQ brokers,
-real source and sink connectors, run by the authors' test kit (``connect.testkit.run_pair``: the
+real source and sink connectors, run by the authors' test kit (``connect.testing.run_pair``: the
 real TaskPairRunner in this process, no Spark), then read back by plain consumers.
 """
 
@@ -15,14 +15,14 @@ import pytest
 from confluent_kafka import Producer
 from dist_util import forget, install_distribution
 from kafka_util import consume_all, create_topic
-from pipeline_util import make_driver, pair_pipeline, run_until
+from pipeline_util import make_driver, pair_pipeline, partition_offsets, run_until
 from pulsar_util import QUIET
 from pulsar_wire import SchemaRegistryProxy
 from rocketmq_util import consume_all as rocketmq_consume_all
 from rocketmq_util import produce as rocketmq_produce
 
 from connect.records import ValueSchema
-from connect.testkit import run_pair
+from connect.testing import run_pair
 from connect.transforms import TRANSFORM_GROUP
 from connectors.pulsar.schemas import producer_schema
 from connectors.rocketmq.remoting import TopicNotFoundError
@@ -52,7 +52,7 @@ def kafka_config(source: str, target: str, topics: str, **extra) -> dict:
 
 def delivered_all(n: int, positions: int = 1):
     """``until`` for run_pair: the committed Kafka offsets cover ``n`` records."""
-    return lambda run: sum(o["offset"] + 1 for o in run.committed.values()) >= n
+    return lambda run: sum(o["offset"] + 1 for o in partition_offsets(run.committed)) >= n
 
 
 def test_regex_router_renames_into_a_prefixed_topic(kafka_pair, unique):
@@ -82,7 +82,7 @@ def test_filter_with_record_is_tombstone_drops_tombstones_and_commits_their_offs
         "predicates": "isTombstone", "predicates.isTombstone.type": "RecordIsTombstone"}),
         epochs=20, until=delivered_all(30))
     assert run.state == "RUNNING", run.trace
-    assert list(run.committed.values()) == [{"offset": 29}]  # the tombstone at offset 29 committed too
+    assert partition_offsets(run.committed) == [{"offset": 29}]  # the tombstone at offset 29 committed too
     assert run.stats["filtered"] == 10
     got = consume_all(dst.bootstrap, topic, [0], 20)
     assert [m.key() for m in got] == [k for k, v in messages if v is not None]

@@ -35,7 +35,7 @@ else:  # the test extra installs tomli there
 PYTHON = {
     (*TRANSFORMS, "# stamp.py (in your package)"): "test_transforms_docs.py::test_the_custom_transform_example_works",
     (*WRITING, "# upper_sink.py (in your package)"): "test_readme_connector_kit.py, e2e/test_readme_connector.py",
-    (*TEST_KIT, "from connect.testkit import run_pair"): "test_transforms_docs.py::test_the_test_kit_example_runs_as_printed",
+    (*TEST_KIT, "from connect.testing import run_pair"): "test_transforms_docs.py::test_the_test_kit_example_runs_as_printed",
 }
 CHECKED_HERE = ("json", "toml", "")
 # what the documented connector files read from the environment (conf/demo-mirror.json's variables)

@@ -1,5 +1,5 @@
 """docs/writing-a-connector.md's example, run as printed with the authors' test kit
-(``connect.testkit.run_pair``, in-process, no Spark, no broker): a tombstone among the records,
+(``connect.testing.run_pair``, in-process, no Spark, no broker): a tombstone among the records,
 a dead-letter topic configured. The same outcome is checked over the wire through the driver and
 Spark in ``tests/e2e/test_readme_connector.py``."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from readme_connector import RECORDS, check_outcome, readme_sink
 
-from connect.testkit import run_pair
+from connect.testing import run_pair
 
 
 def test_readme_sink_with_the_test_kit(tmp_path):

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from connect.errors import ConfigError, PluginError
 from connect.records import ConnectRecord
 from connect.secrets import MASK
-from connect.testkit import run_pair
+from connect.testing import run_pair
 from connect.transforms import (
     PREDICATE_GROUP,
     TRANSFORM_GROUP,
