@@ -210,7 +210,7 @@ def _spec_with(secret: str):
     from connect.testing import MemorySinkConnector, MemorySinkTask, MemorySourceTask
     from worker.runtime.partition import TaskPairSpec
 
-    return TaskPairSpec(connector="a", task=0, epoch=3, prev_epoch=None, generation="g",
+    return TaskPairSpec(connector="a", task=0, epoch=3, prev_epoch=None, revision="g",
                         source_task_class=MemorySourceTask, source_config={"password": secret},
                         sink_task_class=MemorySinkTask, sink_config={}, dlq_config=None, policy=RunnerPolicy(),
                         token="t3", sink_connector_class=MemorySinkConnector, secrets=frozenset({secret}))

@@ -1,4 +1,4 @@
-"""worker.runtime.partition: per-process runner cache keyed by (connector, task), prev_epoch, generation."""
+"""worker.runtime.partition: per-process runner cache keyed by (connector, task), prev_epoch, revision."""
 
 from __future__ import annotations
 
@@ -58,11 +58,11 @@ def sink_name(request):
 def spec(sink_name):
     policy = RunnerPolicy(epoch_max_ms=300, epoch_max_records=3, retry_timeout_ms=200)
 
-    def make(epoch: int, prev_epoch: int | None, *, generation: str = "g1", offsets=None, task: int = 0,
+    def make(epoch: int, prev_epoch: int | None, *, revision: str = "g1", offsets=None, task: int = 0,
              connector: str = "conn", source_task_class=TrackedSource, source_config=None,
              dlq_config=None) -> TaskPairSpec:
         return TaskPairSpec(
-            connector=connector, task=task, epoch=epoch, prev_epoch=prev_epoch, generation=generation,
+            connector=connector, task=task, epoch=epoch, prev_epoch=prev_epoch, revision=revision,
             source_task_class=source_task_class,
             source_config=source_config if source_config is not None else {"records": "12", "batch.size": "3"},
             sink_task_class=MemorySinkTask, sink_config={"name": sink_name}, dlq_config=dlq_config,
@@ -105,12 +105,12 @@ def test_wrong_prev_epoch_restarts_from_spec_offsets(spec, sink_name):
 
 def test_changed_generation_restarts(spec):
     run_task_pair_epoch(spec(1, None))
-    result = run_task_pair_epoch(spec(2, 1, generation="g2", offsets={P0: {"offset": 2}}))
+    result = run_task_pair_epoch(spec(2, 1, revision="g2", offsets={P0: {"offset": 2}}))
     assert result.state == RUNNING, result.trace
     assert result.restarted is True
     assert TrackedSource.instances[0].stopped
-    # and the new generation is cached in turn
-    again = run_task_pair_epoch(spec(3, 2, generation="g2", offsets=result.offsets))
+    # and the new revision is cached in turn
+    again = run_task_pair_epoch(spec(3, 2, revision="g2", offsets=result.offsets))
     assert again.restarted is False
     assert len(TrackedSource.instances) == 2
 
@@ -318,9 +318,9 @@ def test_runners_their_driver_no_longer_wants_are_stopped_and_a_vanished_driver_
     try:
         for task in (0, 1):
             assert run_task_pair_epoch(spec(1, None, task=task), server.address).state == RUNNING
-        assert partition.reap_unwanted() == []  # both wanted in their generation: kept
+        assert partition.reap_unwanted() == []  # both wanted in their revision: kept
         assert asked[-1] == [("conn", 0, "g1"), ("conn", 1, "g1")]
-        wanted[("conn", 1)] = "g2"  # reconfigured: task 1's runner is of an old generation
+        wanted[("conn", 1)] = "g2"  # reconfigured: task 1's runner is of an old revision
         del wanted[("conn", 0)]  # and task 0 is gone (connector stopped or deleted)
         assert sorted(partition.reap_unwanted()) == [("conn", 0), ("conn", 1)]
         assert partition._RUNNERS == {}

@@ -106,7 +106,7 @@ class PipelineRuntime:
         self.errors_total = 0
         self.lag = CommittedLag()
         self.epoch = 0
-        self.generation = ""
+        self.revision = ""
         self.last_job_error: Exception | None = None
         self._told_unknown: set[str] = set()  # source topics whose per-record targets were logged
         self.configure_tasks()
@@ -130,7 +130,7 @@ class PipelineRuntime:
                       for i, cfg in enumerate(source_cfgs)]
         digest = hashlib.sha256(self._run_id.encode())
         digest.update(orjson.dumps([[t.source_config, t.sink_config] for t in self.tasks], option=orjson.OPT_SORT_KEYS))
-        self.generation = digest.hexdigest()[:16]
+        self.revision = digest.hexdigest()[:16]
         waiting = self.waiting()
         log.info("connector %s: %d task pair(s)%s", self.name, len(self.tasks), f": {waiting}" if waiting else "")
 
@@ -204,7 +204,7 @@ class PipelineRuntime:
             if not self._due(t, now):
                 continue
             tokens[t.task] = token = uuid.uuid4().hex
-            specs.append(TaskPairSpec(self.name, t.task, epoch, t.prev_epoch, self.generation, source_task,
+            specs.append(TaskPairSpec(self.name, t.task, epoch, t.prev_epoch, self.revision, source_task,
                                       t.source_config, sink_task, t.sink_config, self.dlq_config(t.sink_config),
                                       self.settings.runner, token,
                                       offset_syncs_config=self.offset_syncs_config(t.sink_config),
@@ -397,12 +397,12 @@ def connector_turn(rt: PipelineRuntime, executor: Executor, report: Callable[[li
 
 
 def unwanted_pairs(pairs: Sequence[Sequence], runtime_of: Callable[[str], PipelineRuntime | None]) -> list[list]:
-    """``[connector, task]`` of each ``[connector, task, generation]`` no runtime runs any more:
-    unknown connector, another generation (reconfigured, restarted) or a task beyond its count."""
+    """``[connector, task]`` of each ``[connector, task, revision]`` no runtime runs any more:
+    unknown connector, another revision (reconfigured, restarted) or a task beyond its count."""
     unwanted = []
-    for connector, task, generation in pairs:
+    for connector, task, revision in pairs:
         rt = runtime_of(connector)
-        if rt is None or rt.generation != generation or task >= len(rt.tasks):
+        if rt is None or rt.revision != revision or task >= len(rt.tasks):
             unwanted.append([connector, task])
     return unwanted
 
@@ -440,7 +440,7 @@ class Driver:
         return runtime.committed_offsets(request.get("keys", [])) if runtime else {}
 
     def _wanted_request(self, request: dict) -> list[list]:
-        """Of the cached pairs a Python worker names, those no connector here runs in that generation."""
+        """Of the cached pairs a Python worker names, those no connector here runs in that revision."""
         return unwanted_pairs(request.get("pairs", []), lambda name: self._by_name.get(name))
 
     def _report(self, runtime: PipelineRuntime, results: list[EpochResult]) -> None:

@@ -23,7 +23,7 @@ in that job. Tasks read only their own partitions' committed offsets, through th
 Runners left idle (their pair now lives elsewhere) are stopped after a while.
 
 A process holding runners also asks their driver, about once a second (``wanted``), whether each
-pair is still wanted in its generation: a runner whose connector was stopped, deleted or
+pair is still wanted in its revision: a runner whose connector was stopped, deleted or
 reconfigured is stopped at once (its consumers released, its clients closed) instead of idling,
 and so is every runner of a driver that can no longer be reached (it has gone away).
 """
@@ -70,7 +70,7 @@ class TaskPairSpec:
     task: int
     epoch: int
     prev_epoch: int | None  # last epoch of this pair whose result the driver persisted
-    generation: str  # hash of the connector's config and task split; a change restarts its pairs
+    revision: str  # hash of the connector's config and task split; a change restarts its pairs
     source_task_class: type
     source_config: dict[str, Any]
     sink_task_class: type
@@ -103,7 +103,7 @@ def pair_id(connector: str, task: int) -> str:
 
 @attrs.define
 class _Cached:
-    generation: str
+    revision: str
     runner: TaskPairRunner
     idle_after_s: float  # stop it when it has not run for this long (its pair lives elsewhere)
     control: ControlAddress | None = None  # the driver it runs for
@@ -318,7 +318,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         waiting.runner.halt()  # a pump bridging the gap since its last epoch gives the pair back
     with _pair_lock(key):
         cached = _RUNNERS.get(key)
-        if cached is not None and (cached.last_epoch != spec.prev_epoch or cached.generation != spec.generation):
+        if cached is not None and (cached.last_epoch != spec.prev_epoch or cached.revision != spec.revision):
             _evict(key)
             cached = None
         restarted = cached is None
@@ -327,7 +327,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         if cached is None:
             started = time.time()
             try:
-                cached = _Cached(spec.generation, _build(spec, control), _idle_after_s(spec.policy), control)
+                cached = _Cached(spec.revision, _build(spec, control), _idle_after_s(spec.policy), control)
             except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
                 return not_run(spec, "".join(traceback.format_exception(exc)), started=started,
                                retriable=_transient_start_failure(exc))
@@ -405,7 +405,7 @@ def _transient_start_failure(exc: BaseException) -> bool:
 
 def _fresh(spec: TaskPairSpec) -> bool:
     cached = _RUNNERS.get((spec.connector, spec.task))
-    return cached is not None and cached.last_epoch == spec.prev_epoch and cached.generation == spec.generation
+    return cached is not None and cached.last_epoch == spec.prev_epoch and cached.revision == spec.revision
 
 
 def home_address() -> ControlAddress:
@@ -500,7 +500,7 @@ def _reap_forever() -> None:
 
 
 def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list[tuple[str, int]]:
-    """Ask each driver which of its cached pairs it still wants, in their generation; stop the
+    """Ask each driver which of its cached pairs it still wants, in their revision; stop the
     others (skipping a pair busy with an epoch: it is wanted after all, or ends at its stop flag).
     Returns the pairs stopped."""
     unreachable = {} if unreachable is None else unreachable
@@ -509,7 +509,7 @@ def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list
         asked: dict[tuple[str, int], _Cached] = {}
         for key, cached in _RUNNERS.items():
             if cached.control is not None:
-                by_driver.setdefault(tuple(cached.control), []).append((key, cached.generation))
+                by_driver.setdefault(tuple(cached.control), []).append((key, cached.revision))
                 asked[key] = cached
     doomed: list[tuple[str, int]] = []
     for control, pairs in by_driver.items():
