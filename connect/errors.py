@@ -90,8 +90,9 @@ class TransactionAbortedError(RetriesExhaustedError):
 
 class ProducerFencedError(TaskFailedError):
     """Exactly-once delivery: a newer attempt of the same task pair took over its ``transactional.id``
-    (a replayed Spark attempt, a restarted driver's pair). This attempt is a zombie: it stops for good
-    and commits nothing; the newer attempt goes on."""
+    (a replayed Spark attempt, a restarted driver's pair). This attempt is a zombie: its runner commits
+    nothing and is never used again; the newer attempt goes on. (The driver discards the zombie's result
+    by its fencing token; if it still took the zombie for the current attempt, it restarts the pair.)"""
 
 
 class TransactionsUnavailableError(ConnectError):

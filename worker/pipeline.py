@@ -215,7 +215,8 @@ def parse_pipeline(document: Any, *, source: str | None = None,
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     settings = FrameworkSettings.from_config(values, aliases)
     issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings, transforms, dlq_cls)
-    issues += config_issues(settings.runner.exactly_once, sink_cls, source_cfg)  # exactly.once.support
+    issues += config_issues(settings.runner.exactly_once, sink_cls, source_cfg, sink_cfg,  # exactly.once.support
+                            settings.runner.epoch_max_ms + settings.runner.epoch_grace_ms)
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     return PipelineConfig(

@@ -75,9 +75,11 @@ class EpochTransactions:
             stats.aborted += 1
 
 
-def config_issues(mode: str, sink_connector: type, source_config: Mapping[str, str]) -> list[ConfigIssue]:
+def config_issues(mode: str, sink_connector: type, source_config: Mapping[str, str],
+                  sink_config: Mapping[str, str] | None = None, epoch_bound_ms: int = 0) -> list[ConfigIssue]:
     """What ``validate`` and ``run`` refuse before anything runs: ``required`` with a sink that cannot write
-    transactions, and a source told to read records of transactions not committed."""
+    transactions, a source told to read records of transactions not committed, and epochs
+    (``epoch_bound_ms``: epoch.max.ms + epoch.grace.ms) the target would abort as too long."""
     if mode == "disabled":
         return []
     issues = []
@@ -86,6 +88,13 @@ def config_issues(mode: str, sink_connector: type, source_config: Mapping[str, s
         issues.append(ConfigIssue("exactly.once.support", mode, (
             f"the sink {sink_connector.__name__} cannot write transactions, so it cannot be exactly-once: only the "
             "Kafka sink can (requested: exactly-once where possible, at-least-once elsewhere)")))
+    timeout = sink_connector.transaction_timeout_ms(sink_config or {}) if hasattr(
+        sink_connector, "transaction_timeout_ms") else None
+    if timeout is not None and epoch_bound_ms * 2 > timeout:
+        issues.append(ConfigIssue("epoch.max.ms", None, (
+            f"with epoch.grace.ms, epochs may last {epoch_bound_ms} ms: more than half the sink's transaction "
+            f"timeout ({timeout} ms; sink.producer.override.transaction.timeout.ms raises it, up to the broker's "
+            "transaction.max.timeout.ms), so the target could abort an epoch's transaction")))
     for key in ("consumer.override.isolation.level", "client.override.isolation.level"):
         if str(source_config.get(key, "")).strip().lower() == "read_uncommitted":
             issues.append(ConfigIssue(f"source.{key}", None, (

@@ -54,6 +54,7 @@ from connect.batch import NativeBatch, native_allowed
 from connect.errors import (
     ConnectError,
     NotSentError,
+    ProducerFencedError,
     RetriableError,
     RetriesExhaustedError,
     TaskFailedError,
@@ -312,7 +313,9 @@ class TaskPairRunner:
             self._failed = True
             self._pumpable = False
             state = FAILED
-            retriable = isinstance(exc, (RetriesExhaustedError, RetriableError))
+            # A fenced runner never commits again; the driver discards its result when a newer attempt
+            # holds the pair (fencing token), and otherwise restarts the pair with backoff.
+            retriable = isinstance(exc, (RetriesExhaustedError, RetriableError, ProducerFencedError))
             if self._txn is not None:  # nothing of it becomes visible, its offsets included
                 committed = {}
                 self._abort(stats)

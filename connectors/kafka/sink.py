@@ -81,7 +81,12 @@ from connectors.kafka.sinkconfig import (
     timeout_issues,
 )
 from connectors.kafka.topics import TargetTopics
-from connectors.kafka.transactions import KafkaTransactions, is_fenced, transactional_producer
+from connectors.kafka.transactions import (
+    KafkaTransactions,
+    is_fenced,
+    transaction_timeout_ms,
+    transactional_producer,
+)
 
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 
@@ -129,6 +134,10 @@ class KafkaSinkConnector(SinkConnector):
                 topics.ensure(route(topic), partitions, existing)
         finally:
             POOL.release("admin", "connector", admin_conf, admin)
+
+    @classmethod
+    def transaction_timeout_ms(cls, config: Mapping[str, Any]) -> int | None:
+        return transaction_timeout_ms(config)
 
     @classmethod
     def task_class(cls) -> type:

@@ -34,7 +34,7 @@ from connect.errors import (
 from connect.records import partition_key
 from connectors.kafka.clients import client_config
 
-__all__ = ["KafkaTransactions", "transactional_producer", "is_fenced", "offsets_topic"]
+__all__ = ["KafkaTransactions", "transactional_producer", "is_fenced", "offsets_topic", "transaction_timeout_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,16 @@ _READ_LIMIT_S = 120.0  # the offsets topic's end passes once the other tasks' op
 
 def offsets_topic(config: Mapping[str, Any], connector: str) -> str:
     return config.get("exactly.once.offsets.topic") or f"connect-offsets.{connector}"
+
+
+def transaction_timeout_ms(config: Mapping[str, Any]) -> int:
+    """librdkafka's ``transaction.timeout.ms`` under the sink's overrides (default 60 s)."""
+    value = client_config(config, "producer").get("transaction.timeout.ms", 60_000) if "bootstrap.servers" in config \
+        else 60_000
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 60_000
 
 
 def is_fenced(err: KafkaError) -> bool:
