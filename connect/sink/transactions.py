@@ -13,6 +13,8 @@ The runner (:mod:`connect.tasks.exactlyonce`) then drives it:
 - ``stored_offsets()`` once, after ``start`` (which fenced every earlier attempt of the pair and
   settled its open transaction): the pair's source offsets as committed in the target, read
   ``read_committed``. They, not the worker's store, are where the source resumes.
+- ``claim()`` (optional) right after: commit a record naming this attempt, so an older attempt that
+  is fenced can say which one fenced it;
 - ``begin()`` before the first record of an epoch;
 - ``commit(offsets)`` at the end of an epoch whose records all have outcomes: the offsets are
   written in the same transaction as the records, and both become visible together;

@@ -64,7 +64,7 @@ class EpochTransactions:
         self._txns.commit(offsets)  # raises: the runner aborts and fails the epoch
         self.pending = {}
         stats.transactions += 1
-        stats.commit_ms += (time.monotonic() - started) * 1000
+        stats.commit_s += time.monotonic() - started
         return offsets
 
     def abort(self, stats) -> None:
@@ -123,6 +123,9 @@ def open_pair(sink: SinkTask, sink_config: Mapping[str, Any], source_context: So
         return None, f"{AT_LEAST_ONCE} (exactly.once.support=requested: {exc})"
     try:
         offsets = txns.stored_offsets()
+        claim = getattr(txns, "claim", None)  # a record saying which attempt holds the pair now
+        if claim is not None:
+            claim()
     except BaseException:
         _stop_quietly(sink)
         raise

@@ -318,6 +318,7 @@ class TaskPairRunner:
             retriable = isinstance(exc, (RetriesExhaustedError, RetriableError, ProducerFencedError))
             if self._txn is not None:  # nothing of it becomes visible, its offsets included
                 committed = {}
+                stats.fenced += isinstance(exc, ProducerFencedError)
                 self._abort(stats)
             trace = "".join(traceback.format_exception(exc))
             log.error("task %s failed in epoch %d: %s", self.name, epoch, exc)

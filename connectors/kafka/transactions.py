@@ -12,11 +12,15 @@
 - ``stored_offsets`` reads that topic ``read_committed`` from the beginning up to the end it had when
   the read began (after ``init_transactions``: the pair's own earlier transactions are settled),
   the last record per key winning.
+- Each attempt then commits an *attempt* record (key ``["<connector>", "attempt", <task>]``, value its
+  host, process and start time), so an older attempt that is fenced can say which one fenced it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import uuid
 from typing import Any, Mapping
@@ -98,7 +102,8 @@ class KafkaTransactions:
         self._topic = offsets_topic(config, connector)
         self._headers = [("task", str(task).encode())]
         self._open = False
-        self.fenced_by: str | None = None
+        self._attempt = {"host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex[:12],
+                         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
     @property
     def open(self) -> bool:
@@ -151,17 +156,53 @@ class KafkaTransactions:
 
     def fenced_error(self, detail: str) -> ProducerFencedError:
         self._open = False
+        newer = self._newer_attempt()
+        by = (f"the attempt on {newer['host']} (pid {newer['pid']}, started {newer['started']})" if newer else
+              "a newer attempt (not yet known: it has not committed its start)")
         return ProducerFencedError(
-            f"task pair {self._connector}-{self._task} was fenced: a newer attempt of it started a producer with "
-            f"transactional.id {self.txn_id} (a replayed or restarted attempt); this one commits nothing and "
-            f"stops ({detail})")
+            f"task pair {self._connector}-{self._task} was fenced by {by}, which took over transactional.id "
+            f"{self.txn_id}; this attempt ({self._attempt['host']}, pid {self._attempt['pid']}) commits nothing "
+            f"and stops ({detail})")
+
+    def _attempt_key(self) -> bytes:
+        return orjson.dumps([self._connector, "attempt", self._task])
+
+    def claim(self) -> None:
+        """Commit this attempt's record (who holds the pair now), right after ``stored_offsets``."""
+        try:
+            self._producer.begin_transaction()
+            self._producer.produce(self._topic, orjson.dumps(self._attempt), self._attempt_key(), headers=self._headers)
+            self._producer.commit_transaction(30)
+        except KafkaException as exc:
+            self._open = True  # what abort needs to know
+            failure = self._failure("committing the attempt record", exc)
+            if not isinstance(failure, ProducerFencedError):
+                self.abort()
+            raise failure from None
+
+    def _newer_attempt(self) -> dict | None:
+        """The attempt record of this task committed last, if it is not this attempt's (5 s at most)."""
+        found: dict[str, Any] = {}
+        key = self._attempt_key()
+        try:
+            self._read_all(lambda msg: found.update(orjson.loads(msg.value())) if msg.key() == key else None, 5.0)
+        except (RetriableError, KafkaException, orjson.JSONDecodeError) as exc:
+            log.warning("offsets topic %s: the attempt that fenced %s is not known: %s", self._topic, self.txn_id, exc)
+            return None
+        return found if found and found.get("id") != self._attempt["id"] else None
 
     # -- offsets in the target -------------------------------------------------------------------------
     def stored_offsets(self) -> dict[str, dict[str, Any]]:
         """The connector's offsets as committed in the target, read ``read_committed``."""
+        found: dict[str, dict[str, Any]] = {}
+        self._read_all(lambda msg: self._take(msg, found), _READ_LIMIT_S)
+        return found
+
+    def _read_all(self, take, limit_s: float) -> None:
+        """``take`` each record of the offsets topic, ``read_committed``, up to the end it had at the start."""
         partitions = self._ensure_topic()
         if not partitions:  # created just now: nothing stored yet
-            return {}
+            return
         conf = client_config(self._config, "consumer", {
             "group.id": f"connect-offsets-reader-{uuid.uuid4().hex}", "enable.auto.commit": False,
             "enable.partition.eof": True, "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
@@ -172,22 +213,20 @@ class KafkaTransactions:
                 ends[p] = consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=10)[1]
             todo = {p for p, end in ends.items() if end > 0}
             consumer.assign([TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in todo])
-            found: dict[str, dict[str, Any]] = {}
-            deadline = time.monotonic() + _READ_LIMIT_S
+            deadline = time.monotonic() + limit_s
             while todo:
                 if time.monotonic() > deadline:
                     raise RetriableError(f"the offsets topic {self._topic} could not be read to its end within "
-                                         f"{_READ_LIMIT_S:.0f} s (an open transaction of another task?)")
+                                         f"{limit_s:.0f} s (an open transaction of another task?)")
                 for msg in consumer.consume(500, 0.5):
                     err = msg.error()
                     if err is not None and err.code() != KafkaError._PARTITION_EOF:
                         raise RetriableError(f"reading the offsets topic {self._topic}: {err.str()}")
                     if err is None:
-                        self._take(msg, found)
+                        take(msg)
                 for tp in consumer.position([TopicPartition(self._topic, p) for p in list(todo)]):
                     if tp.offset >= ends[tp.partition]:
                         todo.discard(tp.partition)
-            return found
         except KafkaException as exc:
             raise RetriableError(f"reading the offsets topic {self._topic}: {exc}") from None
         finally:
@@ -195,7 +234,10 @@ class KafkaTransactions:
 
     def _take(self, msg, found: dict) -> None:
         try:
-            connector, partition = orjson.loads(msg.key())
+            key = orjson.loads(msg.key())
+            if isinstance(key, list) and len(key) == 3 and key[1] == "attempt":  # see ``claim``
+                return
+            connector, partition = key
         except (orjson.JSONDecodeError, TypeError, ValueError):
             log.warning("offsets topic %s: record at %d has no [connector, partition] key; ignored",
                         self._topic, msg.offset())

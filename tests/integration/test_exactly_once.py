@@ -7,6 +7,8 @@ leaves nothing visible; an older attempt of the pair is fenced by the broker."""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 
 import orjson
@@ -163,7 +165,8 @@ def test_an_older_attempt_of_a_pair_is_fenced_and_commits_nothing(target, unique
         assert newer is not None
         assert fenced.state == FAILED, fenced.trace
         assert "ProducerFencedError" in fenced.trace and f"transactional.id connect-{unique}-0" in fenced.trace
-        assert fenced.offsets == {}
+        assert f"was fenced by the attempt on {socket.gethostname()} (pid {os.getpid()}, started" in fenced.trace
+        assert fenced.offsets == {} and fenced.stats["fenced"] == 1
         _until_done(newer, 2000)
     finally:
         zombie.stop()
