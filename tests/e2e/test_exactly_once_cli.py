@@ -13,12 +13,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka_util import create_topic
+from kafka_util import assert_once_in_key_order, consume_committed, create_topic, produce_keyed
 from pipeline_util import committed_in_store
 
 CLI = [sys.executable, "-m", "worker.cli"]
-KEYS = 20
 
 
 def _start(config: Path, data_dir: Path, log: Path) -> subprocess.Popen:
@@ -27,46 +25,14 @@ def _start(config: Path, data_dir: Path, log: Path) -> subprocess.Popen:
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _produce(bootstrap: str, topic: str, n: int, parts: int) -> None:
-    """Record i: key k{i % KEYS} (each key in one partition), value i."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    for i in range(n):
-        k = i % KEYS
-        while True:
-            try:
-                p.produce(topic, value=str(i).encode(), key=f"k{k}".encode(), partition=k % parts)
-                break
-            except BufferError:
-                p.poll(0.05)
-    assert p.flush(60) == 0
-
-
-def _read_committed(bootstrap: str, topic: str, parts: int, expected: int, timeout: float = 90) -> list:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-verify", "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
-    c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
-    out, quiet, deadline = [], None, time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            msgs = c.consume(10000, 0.2)
-            out.extend(msgs)
-            if msgs:
-                quiet = None
-            elif len(out) >= expected:
-                quiet = quiet or time.monotonic()
-                if time.monotonic() - quiet > 3:
-                    break
-    finally:
-        c.close()
-    assert all(m.error() is None for m in out)
-    return out
-
-
-def test_kill_9_mid_stream_then_restart_every_record_once_in_key_order(apache_kafka_pair, tmp_path, unique):
+@pytest.mark.parametrize("how", ["kill-9", "sigterm"])
+def test_stopped_mid_stream_then_restarted_every_record_once_in_key_order(apache_kafka_pair, tmp_path, unique, how):
+    """kill -9 of the process group (open transactions stay open until the restart fences them) or
+    SIGTERM (the last epoch drains and commits), then a restart."""
     src, dst = apache_kafka_pair
     topic, n, parts, per_epoch = f"eos-crash-{unique}", 40_000, 2, 2_000
     create_topic(src.bootstrap, topic, parts)
-    _produce(src.bootstrap, topic, n, parts)
+    produce_keyed(src.bootstrap, topic, n, parts)
     config = tmp_path / "eos.json"
     config.write_bytes(orjson.dumps({"name": unique, "config": {
         "source.connector.class": "kafka", "source.bootstrap.servers": src.bootstrap, "source.topics": topic,
@@ -80,8 +46,11 @@ def test_kill_9_mid_stream_then_restart_every_record_once_in_key_order(apache_ka
         while committed_in_store(data) < 3 * per_epoch and time.monotonic() < deadline:
             assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
             time.sleep(0.02)
-        os.killpg(first.pid, signal.SIGKILL)  # the driver and its Spark processes: open transactions stay open
-        first.wait(20)
+        if how == "kill-9":
+            os.killpg(first.pid, signal.SIGKILL)  # the driver and its Spark processes: open transactions stay open
+        else:
+            first.send_signal(signal.SIGTERM)
+        first.wait(60)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
@@ -89,6 +58,7 @@ def test_kill_9_mid_stream_then_restart_every_record_once_in_key_order(apache_ka
     assert 0 < before < n, "the crash must happen mid-stream"
     log = (tmp_path / "first.log").read_text()
     assert "exactly-once" in log, log[-3000:]
+    assert how == "kill-9" or first.returncode == 0, log[-3000:]
 
     second = _start(config, data, tmp_path / "second.log")
     try:
@@ -102,15 +72,7 @@ def test_kill_9_mid_stream_then_restart_every_record_once_in_key_order(apache_ka
         code = second.wait(60)
     assert code == 0, (tmp_path / "second.log").read_text()[-3000:]
 
-    got = _read_committed(dst.bootstrap, f"x.{topic}", parts, n)
-    values = [int(m.value()) for m in got]
-    assert len(values) == n and set(values) == set(range(n)), \
-        f"{len(values) - len(set(values))} duplicate(s), {n - len(set(values))} missing"
-    by_key: dict[bytes, list[int]] = {}
-    for m in got:
-        by_key.setdefault(m.key(), []).append(int(m.value()))
-    for key, seq in by_key.items():
-        assert seq == sorted(seq), f"{key!r} out of order"
+    assert_once_in_key_order(consume_committed(dst.bootstrap, f"x.{topic}", range(parts), n), n)
 
 
 @pytest.mark.parametrize("mode, sink, expected", [
