@@ -15,6 +15,8 @@ The runner (:mod:`connect.tasks.exactlyonce`) then drives it:
   ``read_committed``. They, not the worker's store, are where the source resumes.
 - ``claim()`` (optional) right after: commit a record naming this attempt, so an older attempt that
   is fenced can say which one fenced it;
+- ``adopt(writer)`` (optional) for each side writer (dead letters, offset syncs) when it is built:
+  one that writes to the same cluster joins the transaction;
 - ``begin()`` before the first record of an epoch;
 - ``commit(offsets)`` at the end of an epoch whose records all have outcomes: the offsets are
   written in the same transaction as the records, and both become visible together;

@@ -54,6 +54,11 @@ class EpochTransactions:
     def begin(self) -> None:
         self._txns.begin()
 
+    def adopt(self, writer):
+        """A side writer that writes to the target cluster joins the transactions (``SinkTransactions.adopt``)."""
+        adopt = getattr(self._txns, "adopt", None)
+        return adopt(writer) if adopt is not None else writer
+
     def end_epoch(self, committed: Mapping[str, Mapping[str, Any]], settled: bool, stats) -> dict[str, dict[str, Any]]:
         """The epoch's offsets join ``pending``; when ``settled`` (every record of the transaction has
         an outcome, nothing held) they are committed with the records. Returns the offsets committed."""

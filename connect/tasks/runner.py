@@ -166,6 +166,9 @@ class TaskPairRunner:
         # (with the connector's transforms) or built from the policy and the converters
         self._chain = stages if stages is not None else build_chain(policy, source_config, sink_config)
         self._stop_requested = stop_requested
+        # exactly-once: side writers to the target cluster join the epoch's transaction (built lazily,
+        # once ``self._txn`` is known)
+        dlq_factory, offset_syncs_factory = self._adopting(dlq_factory), self._adopting(offset_syncs_factory)
         self._dlq = DeadLetterQueue(dlq_factory) if dlq_factory is not None else None  # one writer per pair
         self._reporter = ErrantRecordReporter()
         self._retry = RetryPolicy(policy.retry_timeout_ms, policy.retry_delay_max_ms)
@@ -293,7 +296,8 @@ class TaskPairRunner:
             try:
                 self._resend_due(stats)
                 self._commit_point(committed, handler, stats)
-                while self._resend or (drain and self._generations):
+                # (exactly-once: dead letters waiting for their acknowledgement too, as they are in the transaction)
+                while self._resend or (drain and (self._generations or (self._txn is not None and self._permanent))):
                     # A transient blip is re-sent within the grace period if it allows; a stop drains.
                     self._await_progress()
                     self._take_failures(committed, handler, stats)
@@ -339,6 +343,16 @@ class TaskPairRunner:
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
                            time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST,
                            metrics=reported, partition_lag=partition_lag)
+
+    def _adopting(self, factory: Callable[[], SideWriter] | None) -> Callable[[], SideWriter] | None:
+        if factory is None:
+            return None
+
+        def build() -> SideWriter:
+            writer = factory()
+            return self._txn.adopt(writer) if self._txn is not None else writer
+
+        return build
 
     def _settled(self) -> bool:
         """Every record put has an outcome and nothing is held: the transaction may commit."""
@@ -700,7 +714,7 @@ class TaskPairRunner:
             self._uncounted -= len(transient)
             self._queue_resend(transient, stats)
         new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._stage_failures
-        self._stage_failures = []
+        self._stage_failures.clear()  # in place: ``_move`` holds the list while it runs
         stats.errors += len(new_permanent)
         now_ms = time.time() * 1000
         for g in complete:

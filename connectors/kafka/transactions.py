@@ -113,6 +113,14 @@ class KafkaTransactions:
     def txn_id(self) -> str:
         return f"connect-{self._connector}-{self._task}"
 
+    def adopt(self, writer):
+        """A side writer (dead letters, offset syncs) to this target cluster writes in the transaction;
+        one to another cluster stays as it is (at least once)."""
+        join = getattr(writer, "join_transactions", None)
+        if join is not None and writer.cluster == str(self._config.get("bootstrap.servers", "")):
+            join(self._producer, self.txn_id)
+        return writer
+
     def begin(self) -> None:
         if not self._open:
             try:

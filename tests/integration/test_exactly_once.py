@@ -16,11 +16,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from connect.errors import ConnectError
+from connect.records import ConnectRecord
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySourceTask
 from connectors.kafka import KafkaSinkTask
+from connectors.kafka.side import KafkaSideWriter
 
 N = 3000
 
@@ -49,13 +51,15 @@ def _read(bootstrap: str, topic: str, isolation: str, expected: int = 0, quiet_s
 
 
 def _runner(bootstrap: str, connector: str, topic: str, mode: str = "required", source=None, records: int = N,
-            offsets=None, **policy) -> TaskPairRunner:
+            offsets=None, converter: str = "bytes", dlq_topic: str | None = None, **policy) -> TaskPairRunner:
+    dlq = (lambda: KafkaSideWriter({"bootstrap.servers": bootstrap, "topic": dlq_topic}, dlq_topic)) if dlq_topic else None
     return TaskPairRunner(
         connector=connector, task_id=0, source=source or MemorySourceTask(), sink=KafkaSinkTask(),
-        source_config={"topic": "src", "records": str(records), "partitions": "1", "batch.size": "100"},
-        sink_config={"bootstrap.servers": bootstrap, "topic": topic},
+        source_config={"topic": "src", "records": str(records), "partitions": "1", "batch.size": "100",
+                       "value.converter": converter},
+        sink_config={"bootstrap.servers": bootstrap, "topic": topic, "value.converter": converter},
         policy=RunnerPolicy(exactly_once=mode, **{"epoch_max_ms": 1500, "epoch_grace_ms": 5000, **policy}),
-        offsets=offsets)
+        offsets=offsets, dlq_factory=dlq)
 
 
 def _until_done(runner: TaskPairRunner, records: int, epochs: int = 40) -> int:
@@ -173,3 +177,30 @@ def test_an_older_attempt_of_a_pair_is_fenced_and_commits_nothing(target, unique
         if newer is not None:
             newer.stop()
     assert _values(_read(target, topic, "read_committed", 2000)) == list(range(2000))
+
+
+class _SomeNotJson(_FailingSource):
+    """JSON values, but every 10th record's is not JSON (the source-side json converter fails it: a dead
+    letter); fails at its ``fail_at``-th poll."""
+
+    fail_at = 4
+
+    def poll(self):
+        return [ConnectRecord(r.topic, r.key, b"not json" if int(r.key) % 10 == 3 else b'"ok"', r.headers, r.timestamp,
+                              r.source_partition, r.source_offset, r.partition) for r in super().poll()]
+
+
+def test_dead_letters_to_the_target_cluster_commit_and_abort_with_the_epoch(target, unique):
+    topic, dlq = f"eos-dlq-{unique}", f"eos-dlq-letters-{unique}"
+    runner = _runner(target, unique, topic, source=_SomeNotJson(), converter="json", dlq_topic=dlq,
+                     max_in_flight_records=200)  # a commit point every 50 records: dead letters go out
+    try:
+        first = runner.run_epoch(0, max_records=180)  # records 0-199: 180 put, 20 dead letters
+        assert first.state == RUNNING and first.stats["dead_lettered"] == 20, first.trace
+        failed = runner.run_epoch(1)  # 100 more (10 dead letters), then the source fails: all aborted
+        assert failed.state == FAILED and "injected source failure" in failed.trace
+    finally:
+        runner.stop()
+    assert len(_read(target, dlq, "read_uncommitted", 30)) >= 30  # the aborted epoch's dead letters were sent
+    assert sorted(_values(_read(target, dlq, "read_committed", 20))) == [i for i in range(200) if i % 10 == 3]
+    assert _values(_read(target, topic, "read_committed", 180)) == [i for i in range(200) if i % 10 != 3]
