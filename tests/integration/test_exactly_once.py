@@ -204,3 +204,37 @@ def test_dead_letters_to_the_target_cluster_commit_and_abort_with_the_epoch(targ
     assert len(_read(target, dlq, "read_uncommitted", 30)) >= 30  # the aborted epoch's dead letters were sent
     assert sorted(_values(_read(target, dlq, "read_committed", 20))) == [i for i in range(200) if i % 10 == 3]
     assert _values(_read(target, topic, "read_committed", 180)) == [i for i in range(200) if i % 10 != 3]
+
+
+def test_a_20_s_target_outage_keeps_the_transaction_open_and_nothing_doubles(proxied_target, unique):
+    """The target blackholed for 20 s mid-stream: epochs end RUNNING with nothing committed (their
+    transaction waits for acknowledgements and stays open), then everything commits once."""
+    broker, proxy = proxied_target
+    topic = f"eos-outage-{unique}"
+    runner = _runner(broker.bootstrap, unique, topic, records=3000, epoch_max_ms=1000, epoch_grace_ms=2000)
+    during = []
+    try:
+        assert runner.run_epoch(0, max_records=500).offsets == {'{"partition":0,"topic":"src"}': {"offset": 499}}
+        proxy.blackhole()
+        try:
+            end, epoch = time.monotonic() + 20, 1
+            while time.monotonic() < end:
+                during.append(runner.run_epoch(epoch, max_records=500))
+                epoch += 1
+        finally:
+            proxy.restore()
+        _until_done_from(runner, epoch, 3000)
+    finally:
+        runner.stop()
+    assert during and all(r.state == RUNNING and r.offsets == {} for r in during), [r.trace for r in during]
+    assert sum(r.stats["records"] for r in during) > 0  # records were put during the outage
+    assert _values(_read(broker.bootstrap, topic, "read_committed", 3000)) == list(range(3000))
+
+
+def _until_done_from(runner: TaskPairRunner, first_epoch: int, records: int, epochs: int = 60) -> None:
+    for epoch in range(first_epoch, first_epoch + epochs):
+        result = runner.run_epoch(epoch, max_records=700)
+        assert result.state == RUNNING, result.trace
+        if result.offsets.get('{"partition":0,"topic":"src"}', {}).get("offset") == records - 1:
+            return
+    raise AssertionError(f"not done after {epochs} epochs")
