@@ -15,7 +15,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connect.errors import ConnectError
+from connect.errors import ConnectError, TransactionsUnavailableError
 from connect.records import ConnectRecord
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
@@ -51,13 +51,14 @@ def _read(bootstrap: str, topic: str, isolation: str, expected: int = 0, quiet_s
 
 
 def _runner(bootstrap: str, connector: str, topic: str, mode: str = "required", source=None, records: int = N,
-            offsets=None, converter: str = "bytes", dlq_topic: str | None = None, **policy) -> TaskPairRunner:
+            offsets=None, converter: str = "bytes", dlq_topic: str | None = None, sink_extra=None,
+            **policy) -> TaskPairRunner:
     dlq = (lambda: KafkaSideWriter({"bootstrap.servers": bootstrap, "topic": dlq_topic}, dlq_topic)) if dlq_topic else None
     return TaskPairRunner(
         connector=connector, task_id=0, source=source or MemorySourceTask(), sink=KafkaSinkTask(),
         source_config={"topic": "src", "records": str(records), "partitions": "1", "batch.size": "100",
                        "value.converter": converter},
-        sink_config={"bootstrap.servers": bootstrap, "topic": topic, "value.converter": converter},
+        sink_config={"bootstrap.servers": bootstrap, "topic": topic, "value.converter": converter, **(sink_extra or {})},
         policy=RunnerPolicy(exactly_once=mode, **{"epoch_max_ms": 1500, "epoch_grace_ms": 5000, **policy}),
         offsets=offsets, dlq_factory=dlq)
 
@@ -238,3 +239,23 @@ def _until_done_from(runner: TaskPairRunner, first_epoch: int, records: int, epo
         if result.offsets.get('{"partition":0,"topic":"src"}', {}).get("offset") == records - 1:
             return
     raise AssertionError(f"not done after {epochs} epochs")
+
+
+def test_a_target_that_refuses_the_transactions_fails_required_and_requested_falls_back(target, unique):
+    """The broker refuses a transaction timeout over its transaction.max.timeout.ms (15 min):
+    init_transactions fails for good. required: the pair cannot start, the error names the key and the
+    broker's reason; requested: at-least-once, and the status says why."""
+    topic = f"eos-refused-{unique}"
+    refused = {"producer.override.transaction.timeout.ms": "1000000"}
+    with pytest.raises(TransactionsUnavailableError) as err:
+        _runner(target, unique, topic, sink_extra=refused)
+    assert "exactly.once.support=required, but the target refused transactions" in str(err.value)
+    assert "INVALID_TRANSACTION_TIMEOUT" in str(err.value) or "transaction timeout" in str(err.value).lower()
+    runner = _runner(target, unique, topic, mode="requested", records=300, sink_extra=refused)
+    try:
+        assert runner.delivery.startswith("at-least-once (exactly.once.support=requested: the target refused")
+        result = runner.run_epoch(0, max_records=300)
+        assert result.state == RUNNING and result.stats["delivery"] == runner.delivery
+    finally:
+        runner.stop()
+    assert _values(_read(target, topic, "read_committed", 300)) == list(range(300))
