@@ -115,10 +115,13 @@ def open_pair(sink: SinkTask, sink_config: Mapping[str, Any], source_context: So
     sink.context.transactional_id = transactional_id(connector, task)
     sink.context.pair = (connector, task)
     try:
+        if type(sink).transactions is SinkTask.transactions:  # cannot: known without starting it twice
+            sink.transactions()
         sink.start(sink_config, sink.context)
         txns = sink.transactions()
     except TransactionsUnavailableError as exc:
-        _stop_quietly(sink)
+        if type(sink).transactions is not SinkTask.transactions:
+            _stop_quietly(sink)
         if mode == "required":
             raise TransactionsUnavailableError(f"exactly.once.support=required, but {exc}") from None
         log.warning("[%s] exactly.once.support=requested: delivery is at-least-once: %s", name, exc)

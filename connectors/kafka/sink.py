@@ -168,7 +168,7 @@ class KafkaSinkTask(SinkTask):
         self._conf["message.timeout.ms"] = 0
         self._gen = Outstanding()
         self._txns: KafkaTransactions | None = None
-        txn_id = context.transactional_id
+        txn_id = getattr(context, "transactional_id", None)
         if txn_id is not None:  # exactly-once (connectors.kafka.transactions): a transactional producer of its own
             producer = transactional_producer(self._conf, txn_id, 30.0)
             connector, task = context.pair
