@@ -259,3 +259,19 @@ def test_a_target_that_refuses_the_transactions_fails_required_and_requested_fal
     finally:
         runner.stop()
     assert _values(_read(target, topic, "read_committed", 300)) == list(range(300))
+
+
+def test_the_offsets_topic_can_be_named(target, unique):
+    topic, offsets = f"eos-named-{unique}", f"my-offsets-{unique}"
+    runner = _runner(target, unique, topic, records=300, sink_extra={"exactly.once.offsets.topic": offsets})
+    try:
+        assert runner.run_epoch(0, max_records=300).state == RUNNING
+    finally:
+        runner.stop()
+    stored = [m for m in _read(target, offsets, "read_committed", 1, quiet_s=1) if b"attempt" not in m.key()]
+    assert [orjson.loads(m.value()) for m in stored] == [{"offset": 299}]
+    again = _runner(target, unique, topic, records=400, sink_extra={"exactly.once.offsets.topic": offsets})
+    try:
+        assert _until_done(again, 400) == 100
+    finally:
+        again.stop()
