@@ -121,6 +121,13 @@ class SinkConnector(Connector):
         """Make sure targets for these source topics exist (partition counts as given)."""
 
     @classmethod
+    def transaction_timeout_ms(cls, config: Mapping[str, Any]) -> int | None:
+        """Exactly-once (``exactly.once.support``): how long a transaction of this sink may stay open
+        under ``config`` before the target aborts it (an epoch must end well within it); None: no bound
+        (or no transactions)."""
+        return None
+
+    @classmethod
     def side_writer(cls, config: Mapping[str, Any], topic: str) -> SideWriter | None:
         """A writer of side outputs (dead letters, offset syncs) to ``topic`` of this sink's
         cluster, with a client of its own built from ``config`` (this connector's keys; for the

@@ -20,6 +20,9 @@ __all__ = [
     "PluginError",
     "TaskFailedError",
     "RetriesExhaustedError",
+    "TransactionAbortedError",
+    "ProducerFencedError",
+    "TransactionsUnavailableError",
 ]
 
 
@@ -77,6 +80,23 @@ class RetriesExhaustedError(TaskFailedError):
     Nothing was skipped: the pair's offsets stay where its last acknowledged records put them,
     and the worker restarts the pair with backoff (the restart policy), from those offsets.
     """
+
+
+class TransactionAbortedError(RetriesExhaustedError):
+    """Exactly-once delivery: the epoch's transaction was aborted (a record failed, the target was
+    unreachable at commit, the transaction timed out). Nothing of it is visible to ``read_committed``
+    readers; the worker restarts the pair with backoff, from the offsets committed in the target."""
+
+
+class ProducerFencedError(TaskFailedError):
+    """Exactly-once delivery: a newer attempt of the same task pair took over its ``transactional.id``
+    (a replayed Spark attempt, a restarted driver's pair). This attempt is a zombie: its runner commits
+    nothing and is never used again; the newer attempt goes on. (The driver discards the zombie's result
+    by its fencing token; if it still took the zombie for the current attempt, it restarts the pair.)"""
+
+
+class TransactionsUnavailableError(ConnectError):
+    """Exactly-once delivery: the sink, or its target, cannot write transactions; the message says why."""
 
 
 class ConfigIssue(NamedTuple):

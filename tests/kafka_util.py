@@ -66,3 +66,53 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int], expected:
     finally:
         c.close()
     return out
+
+
+def produce_keyed(bootstrap: str, topic: str, n: int, partitions: int, *, keys: int = 20, start: int = 0) -> None:
+    """Records ``start``..``start + n - 1``: value ``str(i)``, key ``k{i % keys}`` (each key in one partition)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    for i in range(start, start + n):
+        k = i % keys
+        while True:
+            try:
+                p.produce(topic, value=str(i).encode(), key=f"k{k}".encode(), partition=k % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+
+
+def consume_committed(bootstrap: str, topic: str, partitions: Iterable[int], expected: int, timeout: float = 90.0,
+                      quiet_s: float = 3.0) -> list:
+    """Every record a ``read_committed`` reader sees, from the beginning, until ``expected`` arrived and
+    ``quiet_s`` of silence (more may come: duplicates are what the caller looks for)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-committed", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, p, 0) for p in partitions])
+    out, quiet, deadline = [], None, time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            msgs = c.consume(10000, 0.2)
+            out.extend(msgs)
+            if msgs:
+                quiet = None
+            elif len(out) >= expected:
+                quiet = quiet or time.monotonic()
+                if time.monotonic() - quiet > quiet_s:
+                    break
+    finally:
+        c.close()
+    assert all(m.error() is None for m in out), [m.error() for m in out if m.error()][:3]
+    return out
+
+
+def assert_once_in_key_order(msgs: list, n: int) -> None:
+    """Values 0..n-1 each exactly once (``produce_keyed``'s records), each key's values increasing."""
+    values = [int(m.value()) for m in msgs]
+    assert len(values) == n and set(values) == set(range(n)), \
+        f"{len(values) - len(set(values))} duplicate(s), {n - len(set(values) & set(range(n)))} missing"
+    by_key: dict[bytes, list[int]] = {}
+    for m in msgs:
+        by_key.setdefault(m.key(), []).append(int(m.value()))
+    for key, seq in by_key.items():
+        assert seq == sorted(seq), f"{key!r} out of order"

@@ -42,6 +42,7 @@ from connect.plugins import resolve_connector
 from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences, parse_references
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.sink.side import side_output_config, side_output_issues, writes_side_outputs
+from connect.tasks.exactlyonce import config_issues
 from connect.tasks.stages import target_routes
 from connect.transforms.chain import TransformsConfig, is_transforms_key, parse_transforms
 from connect.transforms.chain import secret_keys as transforms_secret_keys
@@ -214,6 +215,8 @@ def parse_pipeline(document: Any, *, source: str | None = None,
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     settings = FrameworkSettings.from_config(values, aliases)
     issues = _target_name_issues(source_cls, source_cfg, sink_cls, sink_cfg, dlq, settings, transforms, dlq_cls)
+    issues += config_issues(settings.runner.exactly_once, sink_cls, source_cfg, sink_cfg,  # exactly.once.support
+                            settings.runner.epoch_max_ms + settings.runner.epoch_grace_ms)
     if issues:
         raise ConfigError(_scrub(issues, flat, classes), source=source)
     return PipelineConfig(

@@ -144,6 +144,10 @@ class SinkTaskContext:
         # the sink then calls ``positions.ack(record, target topic, partition label, position)`` for
         # every record the destination acknowledged.
         self.positions = None
+        # Set by the runner before ``start`` for exactly-once delivery (``connect.sink.transactions``);
+        # None: at-least-once.
+        self.transactional_id: str | None = None
+        self.pair: tuple[str, int] | None = None  # (connector, task number), set with transactional_id
 
     def time_left(self) -> float:
         """Seconds the current call may still block (0 when the deadline has passed)."""
@@ -217,6 +221,13 @@ class SinkTask:
         """Asynchronous sinks: serve acknowledgements and failure reports for at most ``timeout``
         seconds (0: only those already there), returning early once some were served."""
         time.sleep(timeout)
+
+    def transactions(self):
+        """Exactly-once delivery (:mod:`connect.sink.transactions`): the ``SinkTransactions`` of a sink
+        started with ``context.transactional_id``. Default: this sink cannot write transactions."""
+        from connect.errors import TransactionsUnavailableError
+
+        raise TransactionsUnavailableError(f"{type(self).__name__} cannot write transactions (only the Kafka sink can)")
 
     def close(self, partitions: Sequence[SourcePartition]) -> None:
         """These source partitions will send no more records to this task instance."""

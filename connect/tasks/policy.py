@@ -72,6 +72,12 @@ class RunnerPolicy:
     dlq_context_headers: bool = setting(
         "errors.deadletterqueue.context.headers.enable", Type.BOOLEAN, True,
         "Add __connect.errors.* headers (origin position, exception) to dead-lettered records.")
+    exactly_once: str = setting(
+        "exactly.once.support", Type.STRING, "disabled",
+        "required: each epoch of a task pair is one transaction on the target (records and source offsets "
+        "committed together; Kafka sinks only), or the connector fails naming why; requested: the same where "
+        "the sink and target can, at-least-once (and said so in the status) where not; disabled: at-least-once.",
+        validator=one_of("required", "requested", "disabled"))
     # Replication (``connect.tasks.replication``): both aliases set (from the sides' cluster.alias)
     # turn the replication stages on.
     source_alias: str = ""

@@ -48,6 +48,11 @@ class EpochStats:
     ack_latency_ms_sum: float = 0.0
     ack_latency_samples: int = 0
     failure_reasons: dict[str, int] = attrs.field(factory=dict)  # "ErrorClass: message" -> records
+    delivery: str = ""  # exactly-once or at-least-once (and why), see connect.tasks.exactlyonce
+    transactions: int = 0  # exactly-once: transactions committed
+    aborted: int = 0  # exactly-once: transactions aborted
+    fenced: int = 0  # exactly-once: 1 when a newer attempt of the pair fenced this one
+    commit_s: float = 0.0  # exactly-once: time spent committing transactions
 
     def count_reasons(self, failures) -> dict[str, int]:
         """Group ``(record, error)`` pairs by reason; add them to ``failure_reasons``; return this batch's."""

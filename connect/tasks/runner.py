@@ -51,12 +51,21 @@ from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from connect.batch import NativeBatch, native_allowed
-from connect.errors import ConnectError, NotSentError, RetriableError, RetriesExhaustedError, TaskFailedError
+from connect.errors import (
+    ConnectError,
+    NotSentError,
+    ProducerFencedError,
+    RetriableError,
+    RetriesExhaustedError,
+    TaskFailedError,
+    TransactionAbortedError,
+)
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.bookkeeping import OpenedPartitions, RecordCommits
+from connect.tasks.exactlyonce import AT_LEAST_ONCE, EpochTransactions, open_pair
 from connect.tasks.failures import DeadLetterQueue, FailedRecordHandler
 from connect.tasks.listeners import AckListener, AckListeners
 from connect.tasks.offsetsync import OffsetSyncListener
@@ -157,6 +166,9 @@ class TaskPairRunner:
         # (with the connector's transforms) or built from the policy and the converters
         self._chain = stages if stages is not None else build_chain(policy, source_config, sink_config)
         self._stop_requested = stop_requested
+        # exactly-once: side writers to the target cluster join the epoch's transaction (built lazily,
+        # once ``self._txn`` is known)
+        dlq_factory, offset_syncs_factory = self._adopting(dlq_factory), self._adopting(offset_syncs_factory)
         self._dlq = DeadLetterQueue(dlq_factory) if dlq_factory is not None else None  # one writer per pair
         self._reporter = ErrantRecordReporter()
         self._retry = RetryPolicy(policy.retry_timeout_ms, policy.retry_delay_max_ms)
@@ -200,18 +212,25 @@ class TaskPairRunner:
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
+        self._txn: EpochTransactions | None = None  # exactly-once: one transaction per epoch
+        self.delivery = AT_LEAST_ONCE
         # Side parts following the acknowledgements (offset syncs: ``offset_syncs_factory`` writes them).
         self._listeners = AckListeners(
             [*listeners, OffsetSyncListener.for_policy(policy, offset_syncs_factory, self.name)], self.name)
         try:
             self._listeners.attach(self.sink.context)
             self._native = self._native_path(policy)
-            self.source.start(source_config, self.source.context)
-            try:
-                self.sink.start(sink_config, self.sink.context)
-            except BaseException:
-                self.source.stop()
-                raise
+            if policy.exactly_once != "disabled":  # the sink first: its offsets are where the source starts
+                self._txn, self.delivery = open_pair(
+                    self.sink, sink_config, self.source.context, policy.exactly_once, connector, task_id, self.name,
+                    lambda: self.source.start(source_config, self.source.context))
+            else:
+                self.source.start(source_config, self.source.context)
+                try:
+                    self.sink.start(sink_config, self.sink.context)
+                except BaseException:
+                    self.source.stop()
+                    raise
         except BaseException:
             self._chain.close()  # the transforms configured for this pair (a restart builds new ones)
             raise
@@ -265,6 +284,8 @@ class TaskPairRunner:
                 self._start_offsets_due = False
                 if self._persist_start_offsets(committed):
                     max_records = 0
+            if self._txn is not None:
+                self._txn.begin()
             try:
                 self._move(max_records, committed, handler, stats)
             except EpochOver:
@@ -274,11 +295,13 @@ class TaskPairRunner:
             self._set_deadline(min(end_polling, time.monotonic()) + p.epoch_grace_ms / 1000)
             # An asynchronous sink's records in flight stay with the pair (next epoch), unless it stops.
             # (A synchronous sink was flushed by the commit point already.)
-            drain = self._async and (drain or self._stop_requested())
+            # Exactly-once: the transaction commits only with every record of it acknowledged.
+            drain = self._async and (drain or self._stop_requested() or self._txn is not None)
             try:
                 self._resend_due(stats)
                 self._commit_point(committed, handler, stats)
-                while self._resend or (drain and self._generations):
+                # (exactly-once: dead letters waiting for their acknowledgement too, as they are in the transaction)
+                while self._resend or (drain and (self._generations or (self._txn is not None and self._permanent))):
                     # A transient blip is re-sent within the grace period if it allows; a stop drains.
                     self._await_progress()
                     self._take_failures(committed, handler, stats)
@@ -286,20 +309,31 @@ class TaskPairRunner:
                     self._commit_point(committed, handler, stats)
             except EpochOver:
                 pass
+            if self._txn is not None:
+                committed = self._txn.end_epoch(committed, self._settled(), stats)
             stats.in_flight = self._in_flight + len(self._resend)
             stats.retrying = self._retrying()
             self._returned_offsets = dict(committed) if committed else None
-            self._pumpable = stats.records > 0 and not (stats.transient or stats.errors or stats.retries or self._resend)
+            # (exactly-once: an epoch is one transaction, nothing moves between two)
+            self._pumpable = stats.records > 0 and not (stats.transient or stats.errors or stats.retries or
+                                                        self._resend) and self._txn is None
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
             self._failed = True
             self._pumpable = False
             state = FAILED
-            retriable = isinstance(exc, (RetriesExhaustedError, RetriableError))
+            # A fenced runner never commits again; the driver discards its result when a newer attempt
+            # holds the pair (fencing token), and otherwise restarts the pair with backoff.
+            retriable = isinstance(exc, (RetriesExhaustedError, RetriableError, ProducerFencedError))
+            if self._txn is not None:  # nothing of it becomes visible, its offsets included
+                committed = {}
+                stats.fenced += isinstance(exc, ProducerFencedError)
+                self._abort(stats)
             trace = "".join(traceback.format_exception(exc))
             log.error("task %s failed in epoch %d: %s", self.name, epoch, exc)
         finally:
             self._set_deadline(float("inf"))
             gc_resume()
+        stats.delivery = self.delivery
         lag = reported = None
         try:
             lag = self.source.lag()
@@ -320,6 +354,27 @@ class TaskPairRunner:
         return EpochResult(self.connector, self.task_id, epoch, state, committed, stats.as_dict(), started,
                            time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST,
                            metrics=reported, partition_lag=partition_lag, gaps=gaps)
+
+    def _adopting(self, factory: Callable[[], SideWriter] | None) -> Callable[[], SideWriter] | None:
+        if factory is None:
+            return None
+
+        def build() -> SideWriter:
+            writer = factory()
+            return self._txn.adopt(writer) if self._txn is not None else writer
+
+        return build
+
+    def _settled(self) -> bool:
+        """Every record put has an outcome and nothing is held: the transaction may commit."""
+        return not (self._generations or self._resend or self._awaiting or self._permanent or self._ready
+                    or self._stage_failures or self._put or self._polled)
+
+    def _abort(self, stats: EpochStats) -> None:
+        try:
+            self._txn.abort(stats)
+        except Exception as exc:  # noqa: BLE001 - the epoch's own failure is the one reported
+            log.warning("[%s] aborting the transaction: %s", self.name, exc)
 
     def _open_epoch(self) -> _Carry:
         p = self.policy
@@ -578,6 +633,11 @@ class TaskPairRunner:
 
     def _queue_resend(self, transient: list, stats: EpochStats) -> None:
         stats.transient += len(transient)
+        if self._txn is not None:
+            sent = next(((r, e) for r, e in transient if not isinstance(e, NotSentError)), None)
+            if sent is not None:  # re-sent inside this transaction it would land after later records
+                raise TransactionAbortedError(f"{sent[0].position()} failed ({sent[1]}); the epoch's transaction is "
+                                              "aborted and the pair restarts from the offsets in the target")
         for reason, n in stats.count_reasons(transient).items():
             log.warning("[%s] %d record(s) not delivered, transient (re-sent, offsets held): %s", self.name, n, reason)
         failed = [r for r, e in transient if not isinstance(e, NotSentError)]

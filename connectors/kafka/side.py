@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 
-from connect.errors import DeliveryError, RetriableError
+from connect.errors import DeliveryError, RetriableError, TransactionAbortedError
 from connect.records import ConnectRecord
 from connect.sink.side import AsyncSideWriter, time_left
 from connectors.kafka.clients import POOL, client_config
@@ -48,6 +48,17 @@ class KafkaSideWriter(AsyncSideWriter):
         self._opened = False
         self._unsettled: dict[int, ConnectRecord] = {}  # sent on the current producer, by report number
         self._numbers = itertools.count()
+        self._txn_id: str | None = None  # set by ``join_transactions``
+
+    @property
+    def cluster(self) -> str:
+        return str(self._config.get("bootstrap.servers", ""))
+
+    def join_transactions(self, producer, txn_id: str) -> None:
+        """Exactly-once (``connectors.kafka.transactions``): write through the pair's transactional
+        producer, so these records commit or abort with the epoch's records. Never pooled nor purged
+        (its other records are the pair's data); a failure aborts the transaction."""
+        self._producer, self._txn_id, self._opened = producer, txn_id, False
 
     def _ready(self, deadline: float) -> None:
         """The topic, created when missing (its admin calls bounded by ``deadline``)."""
@@ -103,6 +114,9 @@ class KafkaSideWriter(AsyncSideWriter):
                 error = RetriableError(f"delivery to {where} failed: {err.name()}: {err.str()}")
             if err.fatal() or err.code() in BROKEN_PRODUCER:  # replaced once this poll returns
                 self._broken = True
+            if self._txn_id is not None:  # in the transaction: it cannot commit any more
+                raise TransactionAbortedError(f"transactional.id {self._txn_id}: writing to {self.topic}: {error}; "
+                                              "the epoch's transaction is aborted")
         self._settled(r, error)
 
     def _serve(self, timeout: float) -> None:
@@ -112,6 +126,9 @@ class KafkaSideWriter(AsyncSideWriter):
         try:
             self._producer.poll(timeout)
         except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
+            if self._txn_id is not None:
+                raise TransactionAbortedError(f"transactional.id {self._txn_id}: writing to {self.topic}: {exc}; "
+                                              "the epoch's transaction is aborted") from None
             log.warning("side writer to %s: producer failed (%s)", self.topic, exc)
             self._broken = True
         if self._broken:
@@ -140,6 +157,9 @@ class KafkaSideWriter(AsyncSideWriter):
     def close(self) -> None:
         producer = self._producer
         if producer is None:
+            return
+        if self._txn_id is not None:  # the pair's: its sink closes it
+            self._producer = None
             return
         if self._pending == 0 and self._clean:
             self._producer = None

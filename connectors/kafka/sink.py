@@ -55,7 +55,14 @@ from confluent_kafka import KafkaError, KafkaException
 from connect.batch import NativeBatch
 from connect.config import ConfigDef
 from connect.connector import SinkConnector
-from connect.errors import ConfigIssue, DeliveryError, NotSentError, RetriableError, RetriesExhaustedError
+from connect.errors import (
+    ConfigIssue,
+    DeliveryError,
+    NotSentError,
+    RetriableError,
+    RetriesExhaustedError,
+    TransactionAbortedError,
+)
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
 from connect.sink.resend import InOrderReports
@@ -74,6 +81,12 @@ from connectors.kafka.sinkconfig import (
     timeout_issues,
 )
 from connectors.kafka.topics import TargetTopics
+from connectors.kafka.transactions import (
+    KafkaTransactions,
+    is_fenced,
+    transaction_timeout_ms,
+    transactional_producer,
+)
 
 __all__ = ["KafkaSinkConnector", "KafkaSinkTask"]
 
@@ -123,6 +136,10 @@ class KafkaSinkConnector(SinkConnector):
             POOL.release("admin", "connector", admin_conf, admin)
 
     @classmethod
+    def transaction_timeout_ms(cls, config: Mapping[str, Any]) -> int | None:
+        return transaction_timeout_ms(config)
+
+    @classmethod
     def task_class(cls) -> type:
         return KafkaSinkTask
 
@@ -150,6 +167,14 @@ class KafkaSinkTask(SinkTask):
         self._conf.pop("delivery.timeout.ms", None)
         self._conf["message.timeout.ms"] = 0
         self._gen = Outstanding()
+        self._txns: KafkaTransactions | None = None
+        txn_id = getattr(context, "transactional_id", None)
+        if txn_id is not None:  # exactly-once (connectors.kafka.transactions): a transactional producer of its own
+            producer = transactional_producer(self._conf, txn_id, 30.0)
+            connector, task = context.pair
+            self._txns = KafkaTransactions(producer, config, connector, task, context.time_left)
+            self._timeout = 0  # the transaction's timeout bounds a delivery (see transactional_producer)
+        self._fenced = False
         self._puts: deque[_Put] = deque()  # puts whose records may lack an outcome, oldest first
         self._seq = 0  # put order
         # transient failures served, held until the producer is abandoned, then reported in put order
@@ -157,12 +182,13 @@ class KafkaSinkTask(SinkTask):
         self._reports = InOrderReports(context.errant_record_reporter.report)
         # A shared producer's reports come through the task's inbox (connectors.kafka.producers); a
         # delivery timeout purges a producer, so a task with one keeps its own.
-        self._shared = PRODUCERS.acquire(self._conf) if cfg["producer.shared"] and not self._timeout else None
+        self._shared = PRODUCERS.acquire(self._conf) if cfg["producer.shared"] and not self._timeout and \
+            self._txns is None else None
         self._inbox = Inbox() if self._shared is not None else None
         self._wrap = self._inbox.arrive if self._inbox is not None else None
         self._rate_n, self._rate_since = 0, time.monotonic()
         self._producer = self._shared.producer if self._shared is not None else \
-            POOL.acquire("producer", self._owner, self._conf)
+            producer if self._txns is not None else POOL.acquire("producer", self._owner, self._conf)
         self._admin_conf = client_config(config, "admin")
         self._admin = POOL.acquire("admin", self._owner, self._admin_conf)
         self._topics = TargetTopics(self._admin, cfg, context.time_left)
@@ -186,6 +212,7 @@ class KafkaSinkTask(SinkTask):
         """Report a permanent failure now (False); hold a transient one for ``_abandon`` (True):
         the producer may still send records put after it, so it is abandoned first."""
         self._tainted = True
+        self._fenced = self._fenced or is_fenced(err)
         where = f"{msg.topic()}[{msg.partition()}]"
         if is_permanent(err):
             self.context.errant_record_reporter.report(
@@ -430,6 +457,9 @@ class KafkaSinkTask(SinkTask):
             return call()
         except (KafkaException, SystemError) as exc:  # fatal producer errors surface here
             self._tainted = True
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if self._txns is not None and err is not None and is_fenced(err):  # exactly-once: a zombie
+                raise self._txns.fenced_error(err.str()) from None
             raise RetriableError(f"producer failed: {exc}") from exc
 
     def wait_outcomes(self, timeout: float) -> None:
@@ -543,6 +573,8 @@ class KafkaSinkTask(SinkTask):
         Returns why (the error text of its records)."""
         if self._shared is not None:
             return self._abandon_shared(why)
+        if self._txns is not None:
+            self._abandon_transaction(why)
         if why is None:
             why = self._broken or (f"timed out after {self._timeout_ms} ms ({self._timeout_key}): the producer "
                                    "was abandoned")
@@ -567,6 +599,20 @@ class KafkaSinkTask(SinkTask):
         self._report_held(why, left)
         self._producer = POOL.acquire("producer", f"{self._owner}-fresh", self._conf)
         return why
+
+    def _abandon_transaction(self, why: str | None) -> None:
+        """Exactly-once: a failed record cannot be re-sent inside the transaction in order; the epoch
+        fails (the runner aborts the transaction) and the pair restarts from the target's offsets."""
+        why = why or self._broken or "a record failed"
+        if self._fenced:
+            raise self._txns.fenced_error(why)
+        raise TransactionAbortedError(f"transactional.id {self._txns.txn_id}: delivery {why}; the epoch's "
+                                      "transaction is aborted and the pair restarts from the offsets in the target")
+
+    def transactions(self) -> KafkaTransactions:
+        if self._txns is None:
+            return super().transactions()
+        return self._txns
 
     def _report_held(self, why: str, left: int) -> None:
         """After an abandonment: every held or purged record reported transient, in put order."""
@@ -608,6 +654,13 @@ class KafkaSinkTask(SinkTask):
             return
         self._producer = None
         POOL.release("admin", self._owner, self._admin_conf, self._admin)
+        if self._txns is not None:  # never pooled: its transactional.id is this pair's
+            self._txns.abort()
+            try:
+                producer.flush(min(self.context.time_left(), 1.0))
+            except (KafkaException, SystemError):
+                pass
+            return
         shared = getattr(self, "_shared", None)
         if shared is not None:  # its records' outcomes, for a second at most
             self._shared = None

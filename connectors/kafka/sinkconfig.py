@@ -37,6 +37,9 @@ CONFIG = ROUTING_CONFIG.merge(
             "task (see connectors.kafka.producers). A task with a delivery timeout, or putting more than "
             f"{OWN_PRODUCER_RATE} records/s, keeps one of its own. false: a producer of the task's own, as "
             "Kafka Connect does.")
+    .define("exactly.once.offsets.topic", Type.STRING, "",
+            "exactly.once.support: the compacted topic of the target cluster holding the pairs' source offsets, "
+            "written in each epoch's transaction; empty: connect-offsets.<connector>.")
     .define_prefix("client.override.", "librdkafka settings for every client of the connector (e.g. security).")
     .define_prefix("producer.override.", "librdkafka settings for the producers only.")
     .define_prefix("admin.override.", "librdkafka settings for the admin client only.")

@@ -75,6 +75,8 @@ class StatusBoard:
             entry["lag"] = {"records": behind[0], "seconds": round(behind[1], 1)}
         if t.last is not None:
             entry["executor"] = f"{t.last.host}/{t.last.pid}"
+            if t.last.stats.get("delivery"):  # exactly-once, or at-least-once and why (exactly.once.support)
+                entry["delivery"] = t.last.stats["delivery"]
             if t.last.metrics:
                 entry["metrics"] = dict(t.last.metrics)
             retrying = t.last.stats.get("retrying")

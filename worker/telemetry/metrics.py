@@ -84,6 +84,10 @@ _STAT_COUNTERS = (
     ("connect_flushes", "flushes", "Commit points (sink flushes)."),
     ("connect_records_committed", "committed",
      "Acknowledged records whose source offsets were committed (persisted with the epoch)."),
+    ("connect_transactions_committed", "transactions", "exactly.once.support: epoch transactions committed."),
+    ("connect_transactions_aborted", "aborted", "exactly.once.support: epoch transactions aborted."),
+    ("connect_producers_fenced", "fenced", "exactly.once.support: attempts fenced by a newer attempt of the pair."),
+    ("connect_transaction_commit_seconds", "commit_s", "exactly.once.support: time spent committing transactions."),
 )
 
 # (metric name, _TaskSeries.gauges key, help)

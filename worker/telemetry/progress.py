@@ -44,6 +44,9 @@ def format_result(r: EpochResult) -> str:
             f"{_rate(s.get('records', 0), r.duration):>9} rec/s {_rate(s.get('bytes', 0) / 1e6, r.duration):>5} MB/s "
             f"acked {s.get('acknowledged', 0):,} committed {s.get('committed', 0):,}  "
             f"lag {lag}  errors {s.get('errors', 0)}  age max {s.get('latency_ms_max', 0):,.0f} ms")
+    delivery = s.get("delivery")
+    if delivery and delivery != "at-least-once":  # exactly-once, or why not (exactly.once.support=requested)
+        line += f"  {delivery}"
     if s.get("in_flight"):  # put, not acknowledged yet: they stay with the pair into its next epoch
         line += f"  in flight {s['in_flight']:,}"
     gap = getattr(r, "gap_s", None)
