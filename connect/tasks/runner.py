@@ -106,7 +106,7 @@ class _Generation:
 
 class _Carry:
     """What an epoch accumulates (its stats, failed-record handler, offsets committed), opened
-    early when the pair keeps moving records between two epochs (``pump``)."""
+    early when the pair keeps moving records between two epochs (``bridge``)."""
 
     __slots__ = ("stats", "handler", "committed", "started", "error")
 
@@ -115,15 +115,15 @@ class _Carry:
         self.handler = handler
         self.committed: dict[str, dict[str, Any]] = {}
         self.started = time.time()
-        self.error: BaseException | None = None  # raised by the pump: the next epoch fails with it
+        self.error: BaseException | None = None  # raised by the bridge: the next epoch fails with it
 
 
 _GC_LOCK = threading.Lock()
-_GC_PAUSES = [0, False]  # epochs and pumps running with the cyclic collector paused; was it enabled before
+_GC_PAUSES = [0, False]  # epochs and bridges running with the cyclic collector paused; was it enabled before
 
 
 def gc_pause() -> None:
-    """Pause the cyclic collector for an epoch or pump. Counted: a process runs many pairs at once
+    """Pause the cyclic collector for an epoch or bridge. Counted: a process runs many pairs at once
     (shared hosting), and the collector comes back when the last of them ends, as it was."""
     with _GC_LOCK:
         if _GC_PAUSES[0] == 0:
@@ -203,12 +203,12 @@ class TaskPairRunner:
         self._stage_failures: list[tuple[ConnectRecord, BaseException]] = []  # records a stage could not handle
         self._deadline = float("inf")
         self._acked_ts: dict[str, int] = {}  # partition key -> timestamp of its newest acknowledged record
-        self._carry: _Carry | None = None  # the next epoch, opened by ``pump``
+        self._carry: _Carry | None = None  # the next epoch, opened by ``bridge``
         self._halt = threading.Event()  # set by ``halt``: moving stops at the next batch
-        self._lease_lock = threading.Lock()  # ``renew_pump`` (another thread) against ``pump``
-        self._lease = 0.0  # the latest lease asked for the pump after the last epoch (monotonic)
-        self._pumping = False
-        self._pumpable = False  # the last epoch moved records cleanly: the next may start early
+        self._lease_lock = threading.Lock()  # ``renew_bridge`` (another thread) against ``bridge``
+        self._lease = 0.0  # the latest lease asked for the bridge after the last epoch (monotonic)
+        self._bridging = False
+        self._bridgeable = False  # the last epoch moved records cleanly: the next may start early
         self.source.context = SourceTaskContext(self.name, source_config,
                                                 OffsetStorageReader(offsets, lookup=offset_lookup))
         self.sink.context = SinkTaskContext(self.name, sink_config, self._reporter)
@@ -315,11 +315,11 @@ class TaskPairRunner:
             stats.retrying = self._retrying()
             self._returned_offsets = dict(committed) if committed else None
             # (exactly-once: an epoch is one transaction, nothing moves between two)
-            self._pumpable = stats.records > 0 and not (stats.transient or stats.errors or stats.retries or
+            self._bridgeable = stats.records > 0 and not (stats.transient or stats.errors or stats.retries or
                                                         self._resend) and self._txn is None
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its trace
             self._failed = True
-            self._pumpable = False
+            self._bridgeable = False
             state = FAILED
             # A fenced runner never commits again; the driver discards its result when a newer attempt
             # holds the pair (fencing token), and otherwise restarts the pair with backoff.
@@ -387,7 +387,7 @@ class TaskPairRunner:
         return _Carry(stats, handler)
 
     # -- between epochs ----------------------------------------------------------------------
-    def pump(self, until: float) -> None:
+    def bridge(self, until: float) -> None:
         """Between two epochs: keep moving records until ``until`` (monotonic), ``halt()`` or a stop
         request, so the pipeline does not pause while the next epoch is being scheduled. Only in
         the steady state: after an epoch that moved records with no failure and nothing waiting to be
@@ -395,19 +395,19 @@ class TaskPairRunner:
 
         What it polls, puts and sees acknowledged belongs to the next epoch: its stats, its budget
         of records and the offsets it returns. Nothing is committed meanwhile, so a process lost
-        during a pump replays it like any epoch in progress. The caller runs it while no epoch
+        during a bridge replays it like any epoch in progress. The caller runs it while no epoch
         runs (the pair's lock), and ``halt()`` gives the pair back at the next batch (at most one
         source poll's wait). Not once a stop was requested (a stop drains in an epoch of its own).
-        ``renew_pump`` extends ``until`` while it runs."""
-        if not self._pumpable or self._resend or self._halt.is_set() or self._stop_requested():
+        ``renew_bridge`` extends ``until`` while it runs."""
+        if not self._bridgeable or self._resend or self._halt.is_set() or self._stop_requested():
             return
         if self._carry is None:
             self._carry = self._open_epoch()
         carry = self._carry
         gc_pause()
-        with self._lease_lock:  # a renewal that came before the pump started counts too
+        with self._lease_lock:  # a renewal that came before the bridge started counts too
             self._lease = max(self._lease, until)
-            self._pumping = True
+            self._bridging = True
             self._set_deadline(self._lease)
         try:
             if not self._halt.is_set():
@@ -418,22 +418,22 @@ class TaskPairRunner:
             carry.error = exc
         finally:
             with self._lease_lock:
-                self._pumping = False
+                self._bridging = False
                 self._set_deadline(float("inf"))
             gc_resume()
 
-    def renew_pump(self, until: float) -> None:
-        """Let the pump run until ``until`` (monotonic) if that is later than its lease (from another
-        thread; also for the pump about to start). The driver starts a connector's next epoch only
+    def renew_bridge(self, until: float) -> None:
+        """Let the bridge run until ``until`` (monotonic) if that is later than its lease (from another
+        thread; also for the bridge about to start). The driver starts a connector's next epoch only
         once every pair's result is in: a pair that ended its epoch early (its record budget)
         would otherwise stand idle after its lease until the slowest sibling ended (issue 36)."""
         with self._lease_lock:
             self._lease = max(self._lease, until)
-            if self._pumping and until > self._deadline:
+            if self._bridging and until > self._deadline:
                 self._set_deadline(until)
 
     def halt(self) -> None:
-        """Stop a ``pump`` (from another thread): its loop ends at the next batch."""
+        """Stop a ``bridge`` (from another thread): its loop ends at the next batch."""
         self._halt.set()
 
     def _partition_lag(self) -> dict[str, list[float]] | None:

@@ -165,9 +165,9 @@ def test_the_executor_knows_both_hostings_and_refuses_others(hosting):
         SparkExecutor(None, hosting="slots")
 
 
-def test_while_a_sibling_still_runs_the_pairs_done_are_told_to_keep_pumping_and_then_no_more():
+def test_while_a_sibling_still_runs_the_pairs_done_are_told_to_keep_bridging_and_then_no_more():
     """A connector's next epoch starts once every pair's result is in: a pair that ended early keeps
-    moving records (its host renews its pump, ``renew_bridge``) until the last one ended (issue 36)."""
+    moving records (its host renews its bridge, ``renew_bridge``) until the last one ended (issue 36)."""
     import base64
     import pickle
     import time

@@ -721,42 +721,42 @@ def test_tasks_receive_contexts(make_runner, sink_name):
 # -- between epochs (epoch.bridge.ms) -------------------------------------------------------------
 
 
-def test_a_pump_between_epochs_moves_records_the_next_epoch_counts_and_commits(make_runner, sink_name):
+def test_a_bridge_between_epochs_moves_records_the_next_epoch_counts_and_commits(make_runner, sink_name):
     runner = make_runner(source={"records": 100, "batch.size": 10}, settings=make_settings(epoch_max_records=30))
     first = runner.run_epoch(1)
     assert first.stats["records"] == 30 and first.offsets == {pk(0): {"offset": 29}}
-    runner.pump(time.monotonic() + 5)  # stops at the next epoch's budget, long before the lease
+    runner.bridge(time.monotonic() + 5)  # stops at the next epoch's budget, long before the lease
     assert len(runner.sink.buffer) == 30, "the pair kept moving between the epochs (put, flushed by the next)"
     second = runner.run_epoch(2)
     assert second.state == RUNNING, second.trace
-    assert second.stats["records"] == 30, "what the pump moved is the next epoch's (and its budget)"
+    assert second.stats["records"] == 30, "what the bridge moved is the next epoch's (and its budget)"
     assert second.offsets == {pk(0): {"offset": 59}}, "and its offsets are committed with that epoch"
     third = runner.run_epoch(3)
     assert third.offsets == {pk(0): {"offset": 89}}
     assert by_partition(written(sink_name)) == {0: list(range(90))}  # in order, none twice
 
 
-def test_halt_gives_the_pair_back_at_once_and_a_stop_or_failure_means_no_pump(make_runner, sink_name):
+def test_halt_gives_the_pair_back_at_once_and_a_stop_or_failure_means_no_bridge(make_runner, sink_name):
     import threading
 
     runner = make_runner(source={"records": 5}, settings=make_settings(epoch_max_records=1000))
     runner.run_epoch(1)
-    pumping = threading.Thread(target=runner.pump, args=(time.monotonic() + 10,))
+    bridging = threading.Thread(target=runner.bridge, args=(time.monotonic() + 10,))
     t0 = time.monotonic()
-    pumping.start()
+    bridging.start()
     time.sleep(0.1)
     runner.halt()
-    pumping.join(2)
-    assert not pumping.is_alive() and time.monotonic() - t0 < 1, "halt ends a pump that would last 10 s"
+    bridging.join(2)
+    assert not bridging.is_alive() and time.monotonic() - t0 < 1, "halt ends a bridge that would last 10 s"
     assert runner.run_epoch(2).state == RUNNING
 
     stopping = make_runner(source={"records": 50, "batch.size": 10}, stop_requested=lambda: True)
     stopping.run_epoch(1)
-    stopping.pump(time.monotonic() + 5)
-    assert stopping.sink.buffer == [], "a stop drains in an epoch of its own: no pump after it"
+    stopping.bridge(time.monotonic() + 5)
+    assert stopping.sink.buffer == [], "a stop drains in an epoch of its own: no bridge after it"
 
 
-def test_a_failure_in_a_pump_fails_the_next_epoch_with_its_trace(make_runner, sink_name):
+def test_a_failure_in_a_bridge_fails_the_next_epoch_with_its_trace(make_runner, sink_name):
     runner = make_runner(source={"records": 100, "batch.size": 10}, settings=make_settings(epoch_max_records=20))
     runner.run_epoch(1)
 
@@ -764,13 +764,13 @@ def test_a_failure_in_a_pump_fails_the_next_epoch_with_its_trace(make_runner, si
         raise ConnectError("source exploded between epochs")
 
     runner.source.poll = broken
-    runner.pump(time.monotonic() + 1)
+    runner.bridge(time.monotonic() + 1)
     result = runner.run_epoch(2)
     assert result.state == FAILED and "source exploded between epochs" in result.trace
 
 
-def test_a_renewed_pump_outlives_its_lease_and_ends_once_renewals_stop(make_runner, sink_name):
-    """The driver renews a pair's pump while a sibling of its epoch still runs (issue 36: a pair that
+def test_a_renewed_bridge_outlives_its_lease_and_ends_once_renewals_stop(make_runner, sink_name):
+    """The driver renews a pair's bridge while a sibling of its epoch still runs (issue 36: a pair that
     ended early stood idle until its slowest sibling ended)."""
     import threading
 
@@ -783,20 +783,20 @@ def test_a_renewed_pump_outlives_its_lease_and_ends_once_renewals_stop(make_runn
                          settings=make_settings(epoch_max_records=1_000_000))
     assert runner.run_epoch(1, max_records=5).state == RUNNING  # ended early, on its record budget
     t0 = time.monotonic()
-    runner.renew_pump(t0 + 1.0)  # a renewal may come before the pump starts: it counts
-    pumping = threading.Thread(target=runner.pump, args=(t0 + 0.2,))
-    pumping.start()
+    runner.renew_bridge(t0 + 1.0)  # a renewal may come before the bridge starts: it counts
+    bridging = threading.Thread(target=runner.bridge, args=(t0 + 0.2,))
+    bridging.start()
     while time.monotonic() < t0 + 2.5:
-        runner.renew_pump(time.monotonic() + 1.0)
+        runner.renew_bridge(time.monotonic() + 1.0)
         time.sleep(0.05)
-    assert pumping.is_alive(), "renewed, the pump goes on past its 0.2 s lease"
+    assert bridging.is_alive(), "renewed, the bridge goes on past its 0.2 s lease"
     moved = len(runner.sink.buffer)
-    pumping.join(5)
-    assert not pumping.is_alive(), "without renewals it ends at the last lease"
-    pumped = len(runner.sink.buffer)
-    assert pumped > moved > 0
-    second = runner.run_epoch(2, max_records=pumped + 5)
-    assert second.state == RUNNING and second.stats["records"] == pumped + 5, "the pump's records are the next epoch's"
+    bridging.join(5)
+    assert not bridging.is_alive(), "without renewals it ends at the last lease"
+    bridged = len(runner.sink.buffer)
+    assert bridged > moved > 0
+    second = runner.run_epoch(2, max_records=bridged + 5)
+    assert second.state == RUNNING and second.stats["records"] == bridged + 5, "the bridge's records are the next epoch's"
 
 
 class _SomeNotJson(MemorySourceTask):

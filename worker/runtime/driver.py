@@ -356,7 +356,7 @@ def close_executor(executor: Executor) -> None:
 
 
 def wait_out_bridges(runtimes: Sequence[PipelineRuntime]) -> None:
-    """Wait until no pair of ``runtimes`` can still be moving records between epochs (each pump
+    """Wait until no pair of ``runtimes`` can still be moving records between epochs (each bridge
     ends ``epoch.bridge.ms`` after its epoch, or earlier at its stop flag): a connector started
     again right after (the same name, the same data directory) must not meet a pair still at work."""
     left = max((rt.bridged_until for rt in runtimes), default=0.0) - time.monotonic()

@@ -74,7 +74,7 @@ class _Host:
         self.running: dict[str, tuple[TaskPairSpec, Future]] = {}  # key -> its epoch, until the result
         self.pairs: set[str] = set()  # pairs placed here
         self.evict: set[str] = set()  # pairs moved away whose runners this host should stop
-        self.renew: set[str] = set()  # pairs done with their epoch whose pumps go on (a sibling runs)
+        self.renew: set[str] = set()  # pairs done with their epoch whose bridges go on (a sibling runs)
         self.where: tuple[str, int] | None = None  # (hostname, pid) once it asked for work
         self.alive = True
 
@@ -197,7 +197,7 @@ class HostPool:
 
     def _results(self, waits: list[tuple[TaskPairSpec, _Host, str, Future]]) -> list[EpochResult]:
         """The epochs' results, in the order of ``waits``. While some pairs still run, the pairs
-        already done keep moving records between epochs (their pumps' leases are renewed,
+        already done keep moving records between epochs (their bridges' leases are renewed,
         ``worker.runtime.partition.renew_bridge``): the connector's next epoch starts only once
         every result is in, and a pair that ended early (its record budget) would otherwise stand
         idle until its slowest sibling ended, a second at a time (issue 36). An epoch whose result

@@ -236,7 +236,7 @@ def _evict(key: tuple[str, int]) -> None:
 
 
 def evict_cached(connector: str, task: int, wait_s: float = 5.0) -> bool:
-    """Stop the runner cached here for a pair that now runs in another process (its pump first);
+    """Stop the runner cached here for a pair that now runs in another process (its bridge first);
     False if its lock could not be had within ``wait_s`` (an epoch still running here)."""
     key = (connector, task)
     cached = _RUNNERS.get(key)
@@ -315,7 +315,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
     _evict_idle(key)
     waiting = _RUNNERS.get(key)
     if waiting is not None:
-        waiting.runner.halt()  # a pump bridging the gap since its last epoch gives the pair back
+        waiting.runner.halt()  # a bridge bridging the gap since its last epoch gives the pair back
     with _pair_lock(key):
         cached = _RUNNERS.get(key)
         if cached is not None and (cached.last_epoch != spec.prev_epoch or cached.revision != spec.revision):
@@ -352,37 +352,37 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
 
 
 def _bridge(key: tuple[str, int], cached: _Cached, epoch: int, lease_s: float) -> None:
-    """Keep the pair moving records (``TaskPairRunner.pump``) while its result travels to the
+    """Keep the pair moving records (``TaskPairRunner.bridge``) while its result travels to the
     driver and the next epoch is scheduled: the 50-200 ms between two epochs would otherwise be a
-    pause of the whole pipeline (a latency spike at every epoch boundary). The pump stops when the
+    pause of the whole pipeline (a latency spike at every epoch boundary). The bridge stops when the
     next epoch arrives (``halt``), when the pair's connector stops, or after ``lease_s`` (which the
     driver renews while a sibling pair of the same epoch still runs, :func:`renew_bridge`): a pair
-    whose next epoch runs elsewhere only replays what the pump moved (it is never committed)."""
+    whose next epoch runs elsewhere only replays what the bridge moved (it is never committed)."""
     until = time.monotonic() + lease_s
 
-    def pump() -> None:
+    def bridge() -> None:
         lock = _pair_lock(key)
         if not lock.acquire(timeout=lease_s):
             return
         try:
             # Only the runner of that epoch, and only if no later epoch ran meanwhile.
             if _RUNNERS.get(key) is cached and cached.last_epoch == epoch:
-                cached.runner.pump(until)
+                cached.runner.bridge(until)
                 cached.used_at = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - the next epoch of the pair reports its own failures
             log.warning("task pair %s-%s between epochs: %s", *key, exc)
         finally:
             lock.release()
 
-    threading.Thread(target=pump, name=f"connect-bridge-{key[0]}-{key[1]}", daemon=True).start()
+    threading.Thread(target=bridge, name=f"connect-bridge-{key[0]}-{key[1]}", daemon=True).start()
 
 
 def renew_bridge(connector: str, task: int) -> None:
-    """The driver still waits for a sibling of this pair's last epoch: the pair's pump (running, or
+    """The driver still waits for a sibling of this pair's last epoch: the pair's bridge (running, or
     about to start) keeps moving records for another ``epoch.bridge.ms`` from now."""
     cached = _RUNNERS.get((connector, task))
     if cached is not None:
-        cached.runner.renew_pump(time.monotonic() + cached.runner.policy.epoch_bridge_ms / 1000)
+        cached.runner.renew_bridge(time.monotonic() + cached.runner.policy.epoch_bridge_ms / 1000)
 
 
 def not_run(spec: TaskPairSpec, trace: str, *, retriable: bool, started: float | None = None,
@@ -528,7 +528,7 @@ def reap_unwanted(unreachable: dict[tuple[str, int], int] | None = None) -> list
     stopped = []
     for key in doomed:
         if key in asked:
-            asked[key].runner.halt()  # a pump between epochs ends at once
+            asked[key].runner.halt()  # a bridge between epochs ends at once
         lock = _pair_lock(key)
         if lock.acquire(blocking=False):
             try:
