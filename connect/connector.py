@@ -128,6 +128,18 @@ class SinkConnector(Connector):
         return None
 
     @classmethod
+    def alter_target_offsets(cls, config: Mapping[str, Any], connector: str, changes: Mapping[str, Any] | None,
+                             tasks: int) -> bool:
+        """Exactly-once: where this sink keeps the pair's source offsets in its target (the pairs
+        resume there, not from the worker's store), apply an operator's change to them: ``changes``
+        maps partition keys to offsets (None removes one); ``changes`` None removes every offset of
+        ``connector`` (a reset). Earlier attempts of the connector's ``tasks`` pairs are fenced first,
+        so none commits after the change. Called while the connector is STOPPED (Kafka Connect's
+        KIP-875 for exactly-once source connectors). Returns False when this sink keeps no offsets
+        in its target; raises when they could not be changed."""
+        return False
+
+    @classmethod
     def side_writer(cls, config: Mapping[str, Any], topic: str) -> SideWriter | None:
         """A writer of side outputs (dead letters, offset syncs) to ``topic`` of this sink's
         cluster, with a client of its own built from ``config`` (this connector's keys; for the

@@ -192,7 +192,9 @@ def unique(request):
     ``-partition-`` (Apache Pulsar refuses it in a partitioned topic's name, pulsar-lite did not)."""
     name = re.sub(r"[^A-Za-z0-9.-]", "-", request.node.name.replace("[", "-").replace("]", ""))
     # Apache Pulsar refuses a partitioned topic whose name holds "-partition-" (a partition's suffix)
-    return f"{name.replace('-partition-', '-part-')}-{os.getpid()}"
+    # a retried test (see _RETRIED) gets fresh names: its first attempt's topics and connectors remain
+    attempt = getattr(request.node, "execution_count", 1)
+    return f"{name.replace('-partition-', '-part-')}-{os.getpid()}{attempt if attempt > 1 else ''}"
 
 
 @pytest.fixture

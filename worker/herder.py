@@ -94,7 +94,7 @@ class Herder:
         self._loops = ConnectorLoops(self.registry, self._board, self._validation, stores, executor,
                                      metrics=metrics, run_id=self.run_id, idle_wait=idle_wait)
         self._views = ConfigViews(self.registry, self.redactor)
-        self._offsets = ConnectorOffsets(self.registry, stores.offsets)
+        self._offsets = ConnectorOffsets(self.registry, stores.offsets, self._validation)
         self._gaps = ConnectorGaps(self.registry, stores.offsets,
                                    lambda name: self.restart(name, include_tasks=True, only_failed=True))
         self.control = ControlServer(control_host, tls=control_tls)  # TLS on a cluster: specs carry credentials

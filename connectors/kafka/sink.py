@@ -84,6 +84,7 @@ from connectors.kafka.topics import TargetTopics
 from connectors.kafka.transactions import (
     KafkaTransactions,
     is_fenced,
+    rewrite_target_offsets,
     transaction_timeout_ms,
     transactional_producer,
 )
@@ -138,6 +139,14 @@ class KafkaSinkConnector(SinkConnector):
     @classmethod
     def transaction_timeout_ms(cls, config: Mapping[str, Any]) -> int | None:
         return transaction_timeout_ms(config)
+
+    @classmethod
+    def alter_target_offsets(cls, config: Mapping[str, Any], connector: str, changes: Mapping[str, Any] | None,
+                             tasks: int) -> bool:
+        conf = client_config(config, "producer", PRODUCER_DEFAULTS)
+        conf.pop("delivery.timeout.ms", None)
+        rewrite_target_offsets(conf, config, connector, changes, tasks)
+        return True
 
     @classmethod
     def task_class(cls) -> type:

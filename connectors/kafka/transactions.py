@@ -12,6 +12,9 @@
 - ``stored_offsets`` reads that topic ``read_committed`` from the beginning up to the end it had when
   the read began (after ``init_transactions``: the pair's own earlier transactions are settled),
   the last record per key winning.
+- ``rewrite_target_offsets`` applies an operator's change (the REST offsets API, connector STOPPED)
+  there: every task's ``transactional.id`` is initialised first (fencing what may still run), then
+  the change is one transaction of task 0's producer.
 - Each attempt then commits an *attempt* record (key ``["<connector>", "attempt", <task>]``, value its
   host, process and start time), so an older attempt that is fenced can say which one fenced it.
 """
@@ -38,7 +41,8 @@ from connect.errors import (
 from connect.records import partition_key
 from connectors.kafka.clients import client_config
 
-__all__ = ["KafkaTransactions", "transactional_producer", "is_fenced", "offsets_topic", "transaction_timeout_ms"]
+__all__ = ["KafkaTransactions", "transactional_producer", "is_fenced", "offsets_topic", "transaction_timeout_ms",
+           "rewrite_target_offsets"]
 
 log = logging.getLogger(__name__)
 
@@ -278,3 +282,30 @@ class KafkaTransactions:
             return []
         except KafkaException as exc:
             raise RetriableError(f"cannot look up the offsets topic {self._topic}: {exc}") from None
+
+
+def rewrite_target_offsets(conf: dict[str, Any], config: Mapping[str, Any], connector: str,
+                           changes: Mapping[str, Any] | None, tasks: int) -> int:
+    """Write ``changes`` (partition key -> offset, None removes) - or, with ``changes`` None,
+    tombstones for every offset of ``connector`` - to its offsets topic in the target, in one
+    transaction, after fencing the transactional ids of its ``tasks`` pairs. Returns the records
+    written; raises TransactionsUnavailableError / RetriableError naming the target's reason."""
+    producers = [transactional_producer(conf, f"connect-{connector}-{task}", 30.0) for task in range(max(tasks, 1))]
+    producer = producers[0]
+    txns, topic = KafkaTransactions(producer, config, connector, 0, lambda: 30.0), offsets_topic(config, connector)
+    if changes is None:
+        changes = {key: None for key in txns.stored_offsets()}
+    try:
+        producer.begin_transaction()
+        for key, offset in changes.items():
+            producer.produce(topic, None if offset is None else orjson.dumps(dict(offset)),
+                             orjson.dumps([connector, orjson.loads(key)], option=orjson.OPT_SORT_KEYS),
+                             headers=[("altered-by", b"rest")])
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        err = _error(exc)
+        raise RetriableError(f"the offsets of {connector} in the target's {topic} were not changed: "
+                             f"{err.str() if err is not None else exc}") from None
+    log.info("connector %s: %d offset record(s) written to %s in the target (REST offsets change)",
+             connector, len(changes), topic)
+    return len(changes)
