@@ -165,7 +165,8 @@ def summary(thr: list[dict], lat: list[dict], tasks: list[int], raw: bool) -> di
               for top, bottom in pairs}
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     print()
-    print(f"{'median of rounds':<12}{'msg/s':>11}{'rec/CPU s':>11}{'CPU us/rec':>11}{'peak RSS MiB':>13}"
+    print(f"medians of {max(len(thr), len(lat))} round(s)")
+    print(f"{'contender':<12}{'msg/s':>11}{'rec/CPU s':>11}{'CPU us/rec':>11}{'peak RSS MiB':>13}"
           f"{'first rec s':>12}{'p50 ms':>8}{'p99 ms':>8}")
     for k, m in medians.items():
         print(f"{k:<12}{fmt(m['msg_s'], ',.0f'):>11}{fmt(m['records_per_cpu_s'], ',.0f'):>11}"
