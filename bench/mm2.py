@@ -86,6 +86,18 @@ def _delete(bootstrap: str, topic: str) -> None:
         f.result()
 
 
+def mm2_errors(kind: str, work: Path, tag: str) -> str:
+    """MM2's ERROR lines (with the line after each: the reason) from its log, for a failed run; the
+    checkpoint connector's refusal to run with checkpoints off is expected and left out."""
+    log = work / tag / "mm2.log"
+    if not kind.startswith("mm2-") or not log.exists():
+        return ""
+    lines = log.read_text(errors="replace").splitlines()
+    found = [f"{line} {lines[i + 1] if i + 1 < len(lines) else ''}" for i, line in enumerate(lines)
+             if " ERROR " in line and "MirrorCheckpointConnector" not in line]
+    return f"; MM2's log: {' | '.join(found[:3])}" if found else ""
+
+
 def throughput_run(kind: str, a: str, b: str, topic: str, records: int, work: Path, tag: str) -> dict[str, float]:
     proc, target, launched = launch(kind, a, b, topic, work, tag)
     rss = PeakRss(proc.pid)
@@ -93,6 +105,8 @@ def throughput_run(kind: str, a: str, b: str, topic: str, records: int, work: Pa
     cpu: dict = {}
     try:
         arrivals = e2e.watch(b, target, records, 300 + records / 5000, proc, latency=False, cpu=cpu)
+    except RuntimeError as e:
+        raise RuntimeError(f"{kind}: {e}{mm2_errors(kind, work, tag)}") from e
     finally:
         peak = rss.stop()
         e2e.stop(proc)
@@ -116,6 +130,8 @@ def latency_run(kind: str, a: str, b: str, rate: int, seconds: int, size: int, w
         producer = e2e._spawn([e2e.__file__, "produce", a, topic, str(total), str(rate), str(size)],
                               work / f"{tag}-producer.log")
         arrivals = e2e.watch(b, target, total, seconds + 120, proc)
+    except RuntimeError as e:
+        raise RuntimeError(f"{kind}: {e}{mm2_errors(kind, work, tag)}") from e
     finally:
         if producer is not None:
             producer.wait(60)
