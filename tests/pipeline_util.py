@@ -30,6 +30,11 @@ def pair_pipeline(name: str, source: dict, sink: dict, **extra):
     return parse_pipeline({"name": name, "config": {k: str(v) for k, v in config.items()}})
 
 
+def source_offsets(offsets: Mapping[str, Any]) -> dict:
+    """``offsets`` without the gap bookkeeping kept beside them (see :func:`partition_offsets`)."""
+    return {k: v for k, v in offsets.items() if not is_bookkeeping_key(k)}
+
+
 def partition_offsets(offsets: Mapping[str, Any]) -> list:
     """The source partitions' offsets, without the gap bookkeeping kept beside them (a Kafka source's
     topic identities, gap ledgers: ``connect.source.gaps``)."""

@@ -665,7 +665,7 @@ class TaskPairRunner:
             self._uncounted -= len(transient)
             self._queue_resend(transient, stats)
         new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._stage_failures
-        self._stage_failures = []
+        self._stage_failures.clear()  # in place: ``_move`` holds the list while it runs
         stats.errors += len(new_permanent)
         now_ms = time.time() * 1000
         for g in complete:

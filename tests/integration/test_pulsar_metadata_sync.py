@@ -235,7 +235,7 @@ def test_pulsar_metadata_sync_converges_over_the_wire(clusters, spark, tmp_path,
             admin_b.set_retention(orders, retention(120, 200))
         runner.resume()
         values = {"a": retention(60, 100), "b": retention(120, 200)}
-        value, (when, winner) = wait_for(lambda: settled(orders, a, b), 60, "one value everywhere", [driver])
+        value, (when, winner) = wait_for(lambda: settled(orders, a, b), 180, "one value everywhere", [driver])
         assert value == values[winner], (value, winner)
         loser = "b" if winner == "a" else "a"
         assert ns(a, orders)["retention_policies"] == values[winner]
