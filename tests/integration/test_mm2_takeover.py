@@ -69,7 +69,10 @@ def test_a_mirror_takes_over_from_a_stopped_mm2_without_copying_again(slow_start
     props = mm2_properties("A", a.bootstrap, "B", b.bootstrap, topic, {
         "emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false",
         "sync.topic.acls.enabled": "false", "refresh.topics.interval.seconds": "2",
-        "offset.flush.interval.ms": "1000"})
+        "offset.flush.interval.ms": "1000",
+        # plugins found by their ServiceLoader manifests, as MM2's start-up warning advises: its default
+        # class-path scan (top level, then the herder's worker) took 60-85 s on a loaded 2-core host
+        "plugin.discovery": "service_load", "B.plugin.discovery": "service_load"})
     log = tmp_path / "mm2" / "mm2.log"
     mm2 = start_mirror_maker(props, tmp_path / "mm2")
     stop = threading.Event()
