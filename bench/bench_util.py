@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import threading
 import time
 
 from worker.pipeline import parse_pipeline
@@ -13,6 +14,7 @@ from worker.runtime.spark import SparkExecutor
 from worker.stores.store import OffsetStore
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 BROKERS = frozenset({"tansu", "pulsar-lite"})  # process names of the embedded brokers
@@ -39,24 +41,56 @@ def _stat(pid: str) -> tuple[str, list[str]] | None:
     return text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
 
 
-def tree_cpu(root: int, skip: frozenset[str] = BROKERS) -> float:
-    """CPU seconds (user + system) used so far by ``root`` and all its descendants - a mirror's
-    whole process tree: its Spark JVM (a session of its own) and the JVM's Python workers
-    included - except processes named in ``skip`` and theirs (the embedded brokers a benchmark
-    process started). Processes that ended are not counted: take both readings while it runs."""
+def _tree(root: int, skip: frozenset[str]) -> list[tuple[str, list[str]]]:
+    """(pid, /proc/<pid>/stat fields) of ``root`` and all its descendants, except processes named
+    in ``skip`` and theirs."""
     stats = {pid: st for pid in os.listdir("/proc") if pid.isdigit() and (st := _stat(pid)) is not None}
     children: dict[str, list[str]] = {}
     for pid, (_, fields) in stats.items():
         children.setdefault(fields[1], []).append(pid)  # fields[1]: the parent's pid
-    total, todo = 0, [str(root)]
+    out, todo = [], [str(root)]
     while todo:
         pid = todo.pop()
         st = stats.get(pid)
         if st is None or st[0] in skip:
             continue
-        total += int(st[1][11]) + int(st[1][12])  # utime, stime
+        out.append((pid, st[1]))
         todo.extend(children.get(pid, ()))
-    return total / _TICK
+    return out
+
+
+def tree_cpu(root: int, skip: frozenset[str] = BROKERS) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and all its descendants - a mirror's
+    whole process tree: its Spark JVM (a session of its own) and the JVM's Python workers
+    included - except processes named in ``skip`` and theirs (the embedded brokers a benchmark
+    process started). Processes that ended are not counted: take both readings while it runs."""
+    return sum(int(fields[11]) + int(fields[12]) for _, fields in _tree(root, skip)) / _TICK  # utime, stime
+
+
+def tree_rss(root: int, skip: frozenset[str] = BROKERS) -> int:
+    """Resident bytes of ``root``'s process tree now (the sum over its processes, as :func:`tree_cpu`
+    counts them)."""
+    return sum(int(fields[21]) for _, fields in _tree(root, skip)) * _PAGE  # rss, in pages
+
+
+class PeakRss(threading.Thread):
+    """Samples :func:`tree_rss` of ``root`` every ``interval`` s until :meth:`stop`; ``peak``: the
+    highest sum seen (bytes)."""
+
+    def __init__(self, root: int, interval: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval, self.peak = root, interval, 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, tree_rss(self.root))
+            self._done.wait(self.interval)
+
+    def stop(self) -> int:
+        self._done.set()
+        self.join()
+        return self.peak
 
 
 def fill_kafka(bootstrap: str, topic: str, records: int, value_size: int, partitions: int,

@@ -309,12 +309,12 @@ def latency_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, secon
     return out
 
 
-def _wait_started(dst: str, target: str, src: str, topic: str, proc: subprocess.Popen) -> None:
+def _wait_started(dst: str, target: str, src: str, topic: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     """Before the timed producer starts: one probe record goes through the mirror (it is running)."""
     p = Producer({"bootstrap.servers": src})
     p.produce(topic, b"probe", b"probe", partition=0)
     p.flush(10)
-    watch(dst, target, 1, 120, proc, probe=True)
+    watch(dst, target, 1, timeout, proc, probe=True)
 
 
 def _create(bootstrap: str, topic: str) -> None:

@@ -9,9 +9,6 @@ copied (its last in-flight batch) - not the thousands it copied before."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -22,8 +19,7 @@ from kafka_util import create_topic, produce
 from pipeline_util import make_driver, pair_pipeline
 
 from connectors.kafka.mm2offsets import read_mm2_offsets
-from worker.brokers.kafka import MIRROR_MAKER, log4j2_xml
-from worker.brokers.maven import classpath
+from worker.brokers.mirror_maker import mm2_properties, start_mirror_maker, stop_mirror_maker
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -70,33 +66,15 @@ def test_a_mirror_takes_over_from_a_stopped_mm2_without_copying_again(slow_start
     topic = f"tk-{unique}"
     create_topic(a.bootstrap, topic, PARTS)
     produce(a.bootstrap, topic, 5000, PARTS)
-    props = tmp_path / "mm2.properties"
-    props.write_text(f"""\
-clusters = A, B
-A.bootstrap.servers = {a.bootstrap}
-B.bootstrap.servers = {b.bootstrap}
-A->B.enabled = true
-A->B.topics = {topic}
-B->A.enabled = false
-emit.heartbeats.enabled = false
-emit.checkpoints.enabled = false
-sync.topic.acls.enabled = false
-refresh.topics.interval.seconds = 2
-replication.factor = 1
-offset-syncs.topic.replication.factor = 1
-checkpoints.topic.replication.factor = 1
-heartbeats.topic.replication.factor = 1
-offset.storage.replication.factor = 1
-status.storage.replication.factor = 1
-config.storage.replication.factor = 1
-offset.flush.interval.ms = 1000
-""")
-    log = tmp_path / "mm2.log"
-    (tmp_path / "log4j2.xml").write_text(log4j2_xml(log, "INFO"))
-    lib = classpath(MIRROR_MAKER)[0].parent
-    mm2 = subprocess.Popen(["java", "-Xmx384m", f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.xml'}", "-cp",
-                            f"{lib}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    props = mm2_properties("A", a.bootstrap, "B", b.bootstrap, topic, {
+        "emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false",
+        "sync.topic.acls.enabled": "false", "refresh.topics.interval.seconds": "2",
+        "offset.flush.interval.ms": "1000",
+        # plugins found by their ServiceLoader manifests, as MM2's start-up warning advises: its default
+        # class-path scan (top level, then the herder's worker) took 60-85 s on a loaded 2-core host
+        "plugin.discovery": "service_load", "B.plugin.discovery": "service_load"})
+    log = tmp_path / "mm2" / "mm2.log"
+    mm2 = start_mirror_maker(props, tmp_path / "mm2")
     stop = threading.Event()
     produced = [5000]
 
@@ -122,12 +100,7 @@ offset.flush.interval.ms = 1000
                 time.sleep(0.5)
         c.close()
     finally:
-        os.killpg(mm2.pid, signal.SIGTERM)  # Connect commits its source offsets on a graceful stop
-        try:
-            mm2.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(mm2.pid, signal.SIGKILL)
-            mm2.wait(10)
+        stop_mirror_maker(mm2)  # SIGTERM first: Connect commits its source offsets on a graceful stop
     copied = _per_partition(_indexes(b.bootstrap, f"A.{topic}"))  # what MM2 wrote, per partition
     at_stop = sum(copied.values())
     stop.set()

@@ -105,15 +105,16 @@ def log4j2_xml(log_file: Path, level: str = "WARN") -> str:
 """
 
 
-def java_argv(main: list[str], *, heap: str, flags: tuple[str, ...], log4j2_config: Path) -> list[str]:
-    """``java`` (``$JAVA_HOME/bin`` first, then PATH) running ``main`` on Kafka's jars (fetched on
-    first use) with a ``heap`` bound and ``flags``."""
+def java_argv(main: list[str], *, heap: str, flags: tuple[str, ...], log4j2_config: Path,
+              bundle: Bundle = KAFKA) -> list[str]:
+    """``java`` (``$JAVA_HOME/bin`` first, then PATH) running ``main`` on the jars of ``bundle``
+    (Kafka's by default; fetched on first use) with a ``heap`` bound and ``flags``."""
     home = os.environ.get("JAVA_HOME")
     java = (home and shutil.which("java", path=os.path.join(home, "bin"))) or shutil.which("java")
     if not java:
         raise RuntimeError("Apache Kafka needs Java 17+: no java in $JAVA_HOME/bin or on PATH "
                            "(Debian: apt-get install openjdk-17-jre-headless)")
-    lib = classpath(KAFKA)[0].parent
+    lib = classpath(bundle)[0].parent
     return [java, f"-Xmx{heap}", *flags, f"-Dlog4j2.configurationFile={log4j2_config}", "-cp", f"{lib}/*", *main]
 
 

@@ -1,0 +1,63 @@
+"""``bench/mm2.py``'s summary on made-up rounds: every figure and ratio, latency included (the
+integration smoke test, tests/integration/test_bench_mm2.py, runs the throughput measure only)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from bench_modules import bench_module
+
+
+def _mm2():
+    """bench/mm2.py imports its sibling ``e2e``, which ``tests/e2e`` would shadow here."""
+    saved = sys.modules.get("e2e")
+    sys.modules["e2e"] = bench_module("e2e")
+    try:
+        return bench_module("mm2")
+    finally:
+        if saved is None:
+            sys.modules.pop("e2e")
+        else:
+            sys.modules["e2e"] = saved
+
+
+def _thr(msg_s: float, cpu_us: float, rss_mb: float, first_s: float) -> dict[str, float]:
+    return {"msg_s": msg_s, "cpu_us": cpu_us, "rss_mb": rss_mb, "first_s": first_s}
+
+
+def test_medians_and_ratios_of_every_figure_are_printed_and_returned(capsys):
+    mm2 = _mm2()
+    thr = [{"raw": _thr(100_000, 5, 60, 2), "mm2-1": _thr(40_000, 20, 1000, 20), "connect-1": _thr(50_000, 10, 400, 30)},
+           {"raw": _thr(120_000, 5, 60, 2), "mm2-1": _thr(50_000, 25, 1100, 22), "connect-1": _thr(40_000, 10, 500, 30)}]
+    lat = [{"raw": {"p50_ms": 2, "p99_ms": 5}, "mm2-1": {"p50_ms": 20, "p99_ms": 60},
+            "connect-1": {"p50_ms": 300, "p99_ms": 600}},
+           {"raw": {"p50_ms": 2, "p99_ms": 7}, "mm2-1": {"p50_ms": 30, "p99_ms": 80},
+            "connect-1": {"p50_ms": 300, "p99_ms": 400}}]
+    result = mm2.summary(thr, lat, [1], raw=True)
+    assert result["median"]["connect-1"]["msg_s"] == 45_000
+    assert result["median"]["mm2-1"]["p99_ms"] == 70
+    assert result["median"]["connect-1"]["records_per_cpu_s"] == pytest.approx(100_000)
+    ours_mm2 = result["ratios"]["connect-1 / mm2-1"]
+    assert ours_mm2["msg_s"] == pytest.approx((50 / 40 + 40 / 50) / 2)  # median of per-round ratios
+    assert ours_mm2["records_per_cpu_s"] == pytest.approx((2 + 2.5) / 2)
+    assert ours_mm2["p99_ms"] == pytest.approx((10 + 5) / 2)
+    assert all(v is not None for ratios in result["ratios"].values() for v in ratios.values()), result["ratios"]
+    printed = capsys.readouterr().out
+    assert "connect-1 / mm2-1     throughput 1.02  records per CPU second 2.25" in printed, printed
+    assert "p50 latency 12.50  p99 latency 7.50" in printed, printed
+
+
+def test_a_measure_left_out_shows_as_a_dash_not_a_figure(capsys):
+    thr = [{"mm2-1": _thr(40_000, 20, 1000, 20), "connect-1": _thr(50_000, 10, 400, 30)}]
+    result = _mm2().summary(thr, [], [1], raw=False)
+    assert result["ratios"]["connect-1 / mm2-1"]["p99_ms"] is None
+    assert result["median"]["mm2-1"]["p50_ms"] is None
+    assert "p50 latency -  p99 latency -" in capsys.readouterr().out
+
+
+def test_who_goes_first_in_a_pair_alternates_every_round():
+    order = _mm2().order
+    kinds = ["raw", "mm2-1", "connect-1", "mm2-2", "connect-2"]
+    assert order(kinds, 0) == kinds
+    assert order(kinds, 1) == ["connect-1", "mm2-1", "connect-2", "mm2-2", "raw"]
