@@ -218,6 +218,8 @@ def test_console_shows_the_mesh_and_pauses_and_resumes_a_flow_from_the_browser(w
             page.wait_for_function("() => document.querySelectorAll('#chart-rates polyline').length > 0",
                                    timeout=30_000)
             expect(page.locator("#tasks tbody tr[data-task]")).to_have_count(1)
+            expect(page.locator("#delivery")).to_have_text("at-least-once")  # exactly.once.support's mode
+            expect(page.locator("#tasks tbody tr[data-task] td.delivery")).to_have_text("at-least-once")
             # human units: the records' age (their timestamps are from 2023) is not printed as latency in ms
             expect(page.locator("#record-age")).to_contain_text(re.compile(r"^\d[\d,.]* d\b"), timeout=30_000)
             view = page.locator("#view").text_content()

@@ -436,6 +436,7 @@ function renderConnector(doc) {
     : fmt(doc.records_per_second);
   document.getElementById("overview").replaceChildren(...kv([
     ["flow", `${doc.source} (${doc.source_kind}) \u2192 ${doc.target} (${doc.target_kind})`],
+    ["delivery", h("span", { id: "delivery" }, deliveryText(st.tasks))],
     ["records/s", rate], ["acknowledged/s", fmt(doc.acknowledged_per_second)],
     ["lag", st.lag ? `${fmt(st.lag.records, 0)} records, ${human(st.lag.seconds)} behind` : "unknown"],
     ["records moved / acknowledged / committed", `${fmt(doc.counts.records, 0)} / ${fmt(doc.counts.acknowledged, 0)} / ${fmt(doc.counts.committed, 0)}`],
@@ -471,13 +472,21 @@ function renderConfig(config) {
     h("tbody", {}, rows));
 }
 
+// The delivery mode of the connector's task pairs (exactly.once.support): "exactly-once", or
+// "at-least-once" with the reason a pair fell back; modes that differ between pairs are all shown.
+function deliveryText(tasks) {
+  const modes = [...new Set((tasks || []).map((t) => t.delivery || "at-least-once"))];
+  return modes.length ? modes.join("; ") : "at-least-once";
+}
+
 function renderTasks(doc) {
   const name = doc.name;
-  const head = h("tr", {}, ["task", "state", "executor", "moved", "acknowledged", "committed", "lag", ""].map(
-    (t, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : null }, t)));
+  const head = h("tr", {}, ["task", "state", "delivery", "executor", "moved", "acknowledged", "committed", "lag", ""].map(
+    (t, i) => h("th", { class: i >= 4 && i <= 7 ? "num" : null }, t)));
   const rows = doc.status.tasks.flatMap((t) => {
     const row = h("tr", { "data-task": t.id },
-      h("td", {}, t.id), h("td", { "data-state": t.state }, t.state), h("td", {}, t.executor || "-"),
+      h("td", {}, t.id), h("td", { "data-state": t.state }, t.state),
+      h("td", { class: "delivery" }, t.delivery || "at-least-once"), h("td", {}, t.executor || "-"),
       h("td", { class: "num" }, fmt(t.records.moved, 0)), h("td", { class: "num" }, fmt(t.records.acknowledged, 0)),
       h("td", { class: "num" }, fmt(t.records.committed, 0)),
       h("td", { class: "num" }, t.lag ? fmt(t.lag.records, 0) : "?"),
@@ -486,14 +495,14 @@ function renderTasks(doc) {
           `/connectors/${encodeURIComponent(name)}/tasks/${t.id}/restart`) }, "Restart task")));
     const extra = [];
     for (const r of t.retrying || []) {
-      extra.push(h("tr", {}, h("td", {}), h("td", { colspan: 7, class: "muted" },
+      extra.push(h("tr", {}, h("td", {}), h("td", { colspan: 8, class: "muted" },
         `retrying ${r.operation} for ${human(r.for_s)}: ${r.reason}`)));
     }
-    if (t.trace) extra.push(h("tr", {}, h("td", {}), h("td", { colspan: 7 }, h("pre", {}, t.trace))));
+    if (t.trace) extra.push(h("tr", {}, h("td", {}), h("td", { colspan: 8 }, h("pre", {}, t.trace))));
     return [row, ...extra];
   });
   document.getElementById("tasks").replaceChildren(h("thead", {}, head),
-    h("tbody", {}, rows.length ? rows : [h("tr", {}, h("td", { colspan: 8, class: "muted" }, "no task pairs"))]));
+    h("tbody", {}, rows.length ? rows : [h("tr", {}, h("td", { colspan: 9, class: "muted" }, "no task pairs"))]));
 }
 
 // A committed offset as words: 963, or "ledger 12 · entry 4" for positions of several parts.
