@@ -13,6 +13,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 import pulsar_util
 import pytest
@@ -36,12 +37,15 @@ def _admin(broker, topic: str, path: str, method: str) -> int:
         return exc.code
 
 
-def _roll_and_truncate(broker, topic: str, produce_between) -> None:
+def _roll_and_truncate(broker, topic: str, produce_between, committed: dict) -> None:
     """Close the topic's ledger (unload: the next write opens a new one), call ``produce_between``,
-    then truncate: every ledger but the current one is deleted."""
+    then truncate: every ledger but the current one is deleted (the committed message's among them;
+    waited for, the deletion is asynchronous)."""
     assert _admin(broker, topic, "/unload", "PUT") == 204
     produce_between()
     assert _admin(broker, topic, "/truncate", "DELETE") == 204
+    wait_for(lambda: _admin(broker, topic, f"/ledger/{committed['ledger']}/entry/{committed['entry']}", "GET") == 404,
+             60, "the committed message's ledger deleted")
 
 
 def _task(broker, topic: str, policy: str, committed: dict | None):
@@ -85,7 +89,7 @@ def _copied(broker, topic: str, count: int) -> dict:
 
 
 def _topic(unique: str, what: str) -> str:
-    return f"persistent://public/default/{what}-{unique.rsplit('-', 1)[1]}"
+    return f"persistent://public/default/{what}-{unique.rsplit('-', 1)[1]}-{uuid.uuid4().hex[:6]}"  # new on a rerun
 
 
 def test_fail_stops_at_exactly_the_records_truncation_removed_and_report_counts_them(apache_pulsar_pair, unique):
@@ -93,7 +97,7 @@ def test_fail_stops_at_exactly_the_records_truncation_removed_and_report_counts_
     topic = _topic(unique, "gapf")
     committed = _copied(broker, topic, 100)
     pulsar_util.produce(broker, topic, 100, 0, start=100)  # in the committed ledger: deleted below, never copied
-    _roll_and_truncate(broker, topic, lambda: pulsar_util.produce(broker, topic, 50, 0, start=200))
+    _roll_and_truncate(broker, topic, lambda: pulsar_util.produce(broker, topic, 50, 0, start=200), committed)
 
     failing = _task(broker, topic, "fail", committed)
     try:
@@ -134,10 +138,9 @@ def test_a_caught_up_pair_whose_ledger_rolled_away_has_no_gap(apache_pulsar_pair
     broker = apache_pulsar_pair[0]
     topic = _topic(unique, "gapn")
     committed = _copied(broker, topic, 100)
-    _roll_and_truncate(broker, topic, lambda: None)  # the committed message was the last of its ledger
+    # the committed message was the last of its ledger, which is gone: its id alone cannot tell this from a gap
+    _roll_and_truncate(broker, topic, lambda: None, committed)
     pulsar_util.produce(broker, topic, 60, 0, start=100)
-    # its ledger is really gone: the message id alone cannot tell this from a gap
-    assert _admin(broker, topic, f"/ledger/{committed['ledger']}/entry/{committed['entry']}", "GET") == 404
 
     task = _task(broker, topic, "fail", committed)
     try:
@@ -176,3 +179,43 @@ def test_a_topic_deleted_and_created_again_is_read_from_its_start(apache_pulsar_
         assert (gap.cause, gap.records, gap.last) == (RECREATED, None, None)
     finally:
         reporting.stop()
+
+
+def _status(c, name: str) -> dict:
+    return c.get(f"/connectors/{name}/status").json()
+
+
+def test_a_worker_fails_at_the_gap_and_resumes_after_the_acknowledgement(worker_factory, apache_pulsar_pair, unique):
+    a, b = apache_pulsar_pair
+    topic, name = _topic(unique, "gapw"), f"{unique}-gapw"
+    pulsar_util.produce(a, topic, 100, 0)
+    _, c = worker_factory()
+    config = {"source.connector.class": "pulsar", "source.service.url": a.service_url, "source.admin.url": a.admin_url,
+              "source.topics": topic, "sink.connector.class": "pulsar", "sink.service.url": b.service_url,
+              "epoch.max.ms": "1000", "tasks.max": "1"}  # source.gap.policy=fail: the default
+    assert c.post("/connectors", json={"name": name, "config": config}).status_code == 201
+    wait_for(lambda: (s := _status(c, name))["tasks"] and s["tasks"][0]["records"]["committed"] >= 100, 300,
+             "the first 100 committed")
+    assert c.put(f"/connectors/{name}/stop").status_code == 204
+    wait_for(lambda: _status(c, name)["connector"]["state"] == "STOPPED", 60, "STOPPED")
+    [committed] = [o["offset"] for o in c.get(f"/connectors/{name}/offsets").json()["offsets"]
+                   if o["partition"] == {"topic": topic, "partition": -1}]
+    assert committed["index"] == 99
+    pulsar_util.produce(a, topic, 100, 0, start=100)
+    _roll_and_truncate(a, topic, lambda: pulsar_util.produce(a, topic, 50, 0, start=200), committed)
+    assert c.put(f"/connectors/{name}/resume").status_code == 202
+
+    wait_for(lambda: (s := _status(c, name))["tasks"] and s["tasks"][0]["state"] == "FAILED", 120, "FAILED at the gap")
+    assert f"{topic}[-1] offsets 100..199 (100 record(s)) were never copied" in _status(c, name)["tasks"][0]["trace"]
+    gaps = c.get(f"/connectors/{name}/gaps").json()["gaps"]
+    assert [(g["first"], g["last"], g["records"], g["open"]) for g in gaps] == [(100, 199, 100, True)]
+    metric = f'connect_source_gap_records_total{{connector="{name}",partition="-1",topic="{topic}"}} 100.0'
+    wait_for(lambda: metric in c.get("/metrics").text, 30, "the gap in /metrics")
+
+    answer = c.post(f"/connectors/{name}/gaps/acknowledge", json={"by": "alice"})
+    assert answer.status_code == 200 and answer.json()["acknowledged"] == 1
+    copied = pulsar_util.consume_all(b, topic, 0, 150)[-1]
+    assert sorted(int(m.data().decode().split("-")[1]) for m in copied) == [*range(100), *range(200, 250)]
+    wait_for(lambda: _status(c, name)["tasks"][0]["state"] == "RUNNING", 60, "RUNNING after the acknowledgement")
+    kept = _status(c, name)["connector"]["gaps"]
+    assert kept["open"] == 0 and kept["records"] == 100 and kept["list"][0]["acknowledged"]["by"] == "alice"
