@@ -107,14 +107,15 @@ class IndexCheck:
     ``index`` (of its last message, read or committed; None: not known), ``at`` (that message's
     position) and ``recheck`` (when a hole may be looked up again)."""
 
-    def __init__(self, admin_url: str, cfg: Mapping[str, Any], policy: str):
+    def __init__(self, admin_url: str, cfg: Mapping[str, Any], policy: str, time_left=lambda: float("inf")):
         self._admin, self._cfg, self._policy = admin_url, cfg, policy
         self._timeout = min(cfg.get("operation.timeout.ms", 30_000) / 1000, 5.0)
+        self._time_left = time_left  # the epoch's: a look-up waits no longer (at least 0.2 s)
         self.gaps: list[SourceGap] = []
         self.error: SourceGap | None = None  # the first gap under ``fail``: the pair stops at it
 
     def index(self, entry, pos: tuple) -> int | None:
-        return message_index(self._admin, entry.name, pos, self._cfg, self._timeout)
+        return message_index(self._admin, entry.name, pos, self._cfg, max(min(self._timeout, self._time_left()), 0.2))
 
     def check(self, entry, pos: tuple) -> bool:
         """``pos`` is read next on ``entry`` and does not follow the last message: look up where it

@@ -12,7 +12,9 @@ Positions are framework-managed, not acknowledged on a subscription. Why readers
   subscription cannot be positioned inside a batch.
 - No subscription is left behind on the source cluster to hold a backlog when a connector is
   deleted. The price, the same as Kafka's: data the source's retention deletes while the connector
-  is stopped is not read (a committed position no longer there resumes at the earliest left).
+  is stopped is not read: it is a source gap (``connect.source.gaps``), detected with ``admin.url``
+  on brokers that index their entries (:mod:`connectors.pulsar.gaps`; each record's offset then
+  carries the broker's message index, ``"index"``).
 
 Topics and partitions that appear later (a topic matching the regex, partitions added, a named
 topic a broker without auto-creation said did not exist) are read from their first message within
@@ -20,7 +22,7 @@ topic a broker without auto-creation said did not exist) are read from their fir
 
 Each partition of a partitioned topic (``persistent://t/ns/topic-partition-N``) is a source
 partition ``{"topic": <topic>, "partition": N}`` (a non-partitioned topic: ``partition`` -1); the
-offset of a record is its message id ``{"ledger", "entry", "batch"}``. Records keep the payload;
+offset of a record is its message id ``{"ledger", "entry", "batch"}`` (and ``"index"``, above). Records keep the payload;
 the key (Pulsar's partition key, UTF-8 bytes; base64 keys written by this project's sink are
 decoded back); properties as headers; the ordering key as header ``pulsar.ordering.key``; the
 timestamp is the event time, else the publish time; the partition index as partition hint.
@@ -261,7 +263,7 @@ class _Partition(GuardedPartition):
 
     __slots__ = ("sp", "part", "topic", "floor", "index", "at", "recheck", "held_for_index")
 
-    def __init__(self, reader, sp: dict, part: int, topic: str, floor, start: tuple, committed) -> None:
+    def __init__(self, reader, sp: dict, part: int, topic: str, floor, start: tuple, committed=None) -> None:
         super().__init__(reader, partition_topic(topic, part), start)
         self.sp = sp
         self.part = part
@@ -280,6 +282,8 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
     """Reads its partitions round robin; the readers are guarded against stalls and re-deliveries
     (:mod:`connectors.pulsar.guards`, whose ``_read`` loop drops what was delivered already), and
     ``_take`` builds the records on the hot path."""
+
+    _index: IndexCheck | None = None  # gap checks (connectors.pulsar.gaps), with admin.url
 
     def start(self, config: Mapping[str, Any], context) -> None:
         import pulsar
@@ -302,9 +306,8 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
         reader = context.offset_storage_reader
         self._schemas = SchemaLookup(self._client, pulsar) if cfg["schemas.enabled"] else None
         self._readers: list[_Partition] = []
-        self._index = None  # gap checks (connectors.pulsar.gaps), with admin.url
         if self._admin:
-            self._index = IndexCheck(self._admin, cfg, cfg[GAP_POLICY_KEY])
+            self._index = IndexCheck(self._admin, cfg, cfg[GAP_POLICY_KEY], context.time_left)
         elif assignment:
             say_undetected(self._service, "admin.url is not set")
         self._start_offsets: dict[str, dict] = {}
