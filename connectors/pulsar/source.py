@@ -12,7 +12,9 @@ Positions are framework-managed, not acknowledged on a subscription. Why readers
   subscription cannot be positioned inside a batch.
 - No subscription is left behind on the source cluster to hold a backlog when a connector is
   deleted. The price, the same as Kafka's: data the source's retention deletes while the connector
-  is stopped is not read (a committed position no longer there resumes at the earliest left).
+  is stopped is not read: it is a source gap (``connect.source.gaps``), detected with ``admin.url``
+  on brokers that index their entries (:mod:`connectors.pulsar.gaps`; each record's offset then
+  carries the broker's message index, ``"index"``).
 
 Topics and partitions that appear later (a topic matching the regex, partitions added, a named
 topic a broker without auto-creation said did not exist) are read from their first message within
@@ -20,7 +22,7 @@ topic a broker without auto-creation said did not exist) are read from their fir
 
 Each partition of a partitioned topic (``persistent://t/ns/topic-partition-N``) is a source
 partition ``{"topic": <topic>, "partition": N}`` (a non-partitioned topic: ``partition`` -1); the
-offset of a record is its message id ``{"ledger", "entry", "batch"}``. Records keep the payload;
+offset of a record is its message id ``{"ledger", "entry", "batch"}`` (and ``"index"``, above). Records keep the payload;
 the key (Pulsar's partition key, UTF-8 bytes; base64 keys written by this project's sink are
 decoded back); properties as headers; the ordering key as header ``pulsar.ordering.key``; the
 timestamp is the event time, else the publish time; the partition index as partition hint.
@@ -47,6 +49,7 @@ from connect.config import ConfigDef, Importance, Type, at_least, valid_regex
 from connect.errors import ConfigIssue, ConnectError, RetriableError
 from connect.records import ConnectRecord, make_record, partition_key
 from connect.source import SourceTask
+from connect.source.gaps import GAP_POLICY_KEY, SourceGap, SourceGapError, gap_keys
 from connect.source.partitioned import (
     ASSIGNMENT_KEY,
     EARLIEST_KEY,
@@ -55,6 +58,7 @@ from connect.source.partitioned import (
     source_keys,
 )
 from connectors.pulsar.clients import CLIENT_CONFIG, CLIENTS, client_issues, client_settings
+from connectors.pulsar.gaps import IndexCheck, NoIndex, admin_request, say_undetected
 from connectors.pulsar.guards import GuardedPartition, ReaderGuards
 from connectors.pulsar.mapping import BASE64_KEY, BASE64_PROPERTIES, ORDERING_KEY_HEADER
 from connectors.pulsar.schemas import SchemaLookup
@@ -74,7 +78,8 @@ CONFIG = CLIENT_CONFIG.merge(
             "topics.namespace.", validator=valid_regex)
     .define("topics.namespace", Type.STRING, "public/default", "tenant/namespace searched by topics.regex.")
     .define("admin.url", Type.STRING, "", "The cluster's admin REST URL (http[s]://host:port): where topics.regex "
-            "lists the namespace's topics, and where lag per partition is read (internalStats).")
+            "lists the namespace's topics, where lag per partition is read (internalStats), and where the "
+            "broker's message index is looked up to detect source gaps (connectors.pulsar.gaps).")
     .define("receiver.queue.size", Type.INT, 5000, "Messages each reader prefetches.", validator=at_least(1))
     .define("reader.stall.check.ms", Type.INT, 5000,
             "A reader that finds nothing for this long while the broker has messages after the last one it "
@@ -84,6 +89,7 @@ CONFIG = CLIENT_CONFIG.merge(
             "Carry each message's schema (looked up by version on the source broker) on its record (PIP-87).")
     .merge(source_keys(partitions="partitions", time_kind="publish time", refresh_ms=30_000,
                        refresh_why="a listing asks the admin REST API, then looks up every topic's partitions."))
+    .merge(gap_keys())
 )
 
 
@@ -114,11 +120,8 @@ def _admin_get(url: str, cfg: Mapping[str, Any], what: str, timeout_s: float, re
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if cfg.get("auth.plugin") == "token" and cfg.get("auth.token"):
-        request.add_header("Authorization", f"Bearer {cfg['auth.token']}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(admin_request(url, cfg), timeout=timeout_s) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         if refused_hint is not None and exc.code in (401, 403, 404):
@@ -258,20 +261,29 @@ class PulsarSourceConnector(PartitionedSourceConnector):
 class _Partition(GuardedPartition):
     """One assigned partition: its reader, where it stands (the guards' part), and the source's own."""
 
-    __slots__ = ("sp", "part", "topic", "floor")
+    __slots__ = ("sp", "part", "topic", "floor", "index", "at", "recheck", "held_for_index")
 
-    def __init__(self, reader, sp: dict, part: int, topic: str, floor, start: tuple) -> None:
+    def __init__(self, reader, sp: dict, part: int, topic: str, floor, start: tuple, committed=None) -> None:
         super().__init__(reader, partition_topic(topic, part), start)
         self.sp = sp
         self.part = part
         self.topic = topic
         self.floor = floor  # publish-time floor of a timestamp start, until the first message at or after it
+        # the broker index of the last message read or committed, and its position (connectors.pulsar.gaps)
+        index = committed.get("index") if committed else None
+        self.index = int(index) if index is not None else None
+        self.at = (int(committed["ledger"]), int(committed["entry"]), int(committed.get("batch", -1))) \
+            if committed and int(committed["ledger"]) >= 0 else None
+        self.recheck = 0.0
+        self.held_for_index = False  # held because the index look-up failed: asked again first
 
 
 class PulsarSourceTask(ReaderGuards, SourceTask):
     """Reads its partitions round robin; the readers are guarded against stalls and re-deliveries
     (:mod:`connectors.pulsar.guards`, whose ``_read`` loop drops what was delivered already), and
     ``_take`` builds the records on the hot path."""
+
+    _index: IndexCheck | None = None  # gap checks (connectors.pulsar.gaps), with admin.url
 
     def start(self, config: Mapping[str, Any], context) -> None:
         import pulsar
@@ -294,6 +306,10 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
         reader = context.offset_storage_reader
         self._schemas = SchemaLookup(self._client, pulsar) if cfg["schemas.enabled"] else None
         self._readers: list[_Partition] = []
+        if self._admin:
+            self._index = IndexCheck(self._admin, cfg, cfg[GAP_POLICY_KEY], context.time_left)
+        elif assignment:
+            say_undetected(self._service, "admin.url is not set")
         self._start_offsets: dict[str, dict] = {}
         self._next = 0
         self.duplicates_dropped = 0
@@ -302,7 +318,7 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
             sp = {"topic": topic, "partition": part}
             committed = reader.offset(sp)
             start_id, inclusive, floor = self._start(cfg, sp, committed, (topic, part) in earliest)
-            entry = _Partition(None, sp, part, topic, floor, (start_id, inclusive))
+            entry = _Partition(None, sp, part, topic, floor, (start_id, inclusive), committed)
             entry.reader = self._open(entry.name, start_id, inclusive)
             self._readers.append(entry)
 
@@ -355,8 +371,21 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
         most = min(self._batch, self.context.poll_limit)  # the runner's budget left (epoch, in flight)
         if most <= 0:
             return out
+        index = self._index
+        if index is not None and index.error is not None:
+            raise SourceGapError(index.error)  # source.gap.policy=fail: nothing is read past a gap until it is acknowledged
         for entry in readers:
-            if entry.held is not None:  # its schema lookup failed: ask again before reading on (raises while out is empty)
+            if entry.held is None:
+                continue
+            # a look-up failed: ask again before reading on (raises while out is empty)
+            if entry.held_for_index:
+                if index is not None:
+                    mid = entry.held.message_id()
+                    try:
+                        index.index(entry, (mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+                    except NoIndex:
+                        pass  # said, and the checks turned off, when the message is taken
+            elif self._schemas is not None:
                 self._schemas.fetch(entry.topic, entry.held.int_schema_version())
         budget = most
         wait_ms = max(int(min(self._timeout_ms / 1000, self.context.time_left()) * 1000), 0)
@@ -377,9 +406,18 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
         calls it). The extension's messages directly: pulsar.Message forwards every accessor, two
         Python calls per field per message on the hot path. False: its schema lookup failed, it is
         held and read again first next poll."""
+        if self._index is not None:
+            at = entry.at
+            if at is None or entry.index is None or pos[0] != at[0] or pos[1] > at[1] + 1:
+                if not self._check_index(entry, pos):
+                    return False
+        index = entry.index
+        if index is not None:
+            index += 1
         floor = entry.floor
         if floor is not None:
             if m.publish_timestamp() < floor:
+                entry.index, entry.at = index, pos
                 return True  # published before the start time: not read
             entry.floor = None
         props = m.properties()
@@ -411,9 +449,36 @@ class PulsarSourceTask(ReaderGuards, SourceTask):
         if not data and m.has_null_value():
             data = None  # Pulsar's null value (a tombstone): Kafka's null value
         part = entry.part
+        offset = {"ledger": pos[0], "entry": pos[1], "batch": pos[2]}
+        if index is not None:
+            offset["index"] = index
+        entry.index, entry.at = index, pos
         out.append(make_record(entry.topic, key, data, headers, m.event_timestamp() or m.publish_timestamp(), entry.sp,
-                               {"ledger": pos[0], "entry": pos[1], "batch": pos[2]}, part if part >= 0 else None, schema))
+                               offset, part if part >= 0 else None, schema))
         return True
+
+    def _check_index(self, entry: _Partition, pos: tuple) -> bool:
+        """The gap check where ``pos`` does not follow the last message (``connectors.pulsar.gaps``).
+        False: held (a gap under fail, or the admin API did not answer)."""
+        entry.held_for_index = False
+        try:
+            return self._index.check(entry, pos)
+        except RetriableError as exc:
+            log.warning("%s; holding %s", exc, entry.name)
+            entry.held_for_index = True
+            return False
+        except NoIndex:
+            say_undetected(self._admin, "the broker does not add its message index to entries")
+            self._index = None
+            for each in self._readers:
+                each.index = None
+            return True
+
+    def take_gaps(self) -> list[SourceGap]:
+        if self._index is None:
+            return []
+        gaps, self._index.gaps = self._index.gaps, []
+        return gaps
 
     def lag_by_partition(self) -> dict[str, int] | None:
         """Entries behind the end per partition, from the admin API's internal stats (with

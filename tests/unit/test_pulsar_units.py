@@ -351,3 +351,27 @@ def test_topic_readers_check_with_the_source_guards_each_message_once_and_stalle
     readers.read(wait_ms=0)  # asked; the answer is looked at next time
     assert readers.read(wait_ms=0) == [] and opened[1:] == [("b", 1, False)] and stalled.closed
     assert readers.readers_reopened == 2
+
+
+def test_source_holds_a_message_whose_index_look_up_failed_and_asks_again_before_reading_on():
+    from connect.errors import RetriableError
+    from connectors.pulsar.gaps import IndexCheck
+
+    answers: list = [RetriableError("admin away"), RetriableError("admin away"), 41, 41]
+
+    class Check(IndexCheck):
+        def index(self, entry, pos):
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    task, _ = _task_with(_Reader([_Msg(1, -1), _Msg(2, -1)]))
+    task._index = Check("http://admin", {}, "fail")
+    assert task.poll() == []  # held: where it stands is not known
+    with pytest.raises(RetriableError, match="admin away"):
+        task.poll()  # asked again first: still away, so the runner retries with backoff
+    got = task.poll()
+    assert [r.source_offset for r in got] == [{"ledger": 7, "entry": 1, "batch": -1, "index": 41},
+                                              {"ledger": 7, "entry": 2, "batch": -1, "index": 42}]
+    assert answers == [] and task.take_gaps() == []

@@ -94,6 +94,9 @@ def standalone_conf(*, cluster: str, broker_port: int, web_port: int, partitions
         # topics stay until deleted (tests create them with the admin API and write later)
         "brokerDeleteInactiveTopicsEnabled": "false",
         "brokerShutdownTimeoutMs": "3000",
+        # every entry carries its partition's message index: what the Pulsar source's gap detection
+        # reads (connectors.pulsar.gaps)
+        "brokerEntryMetadataInterceptors": "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor",
         "allowAutoTopicCreationType": "partitioned" if partitions else "non-partitioned",
         "defaultNumPartitions": str(max(partitions, 1)),
         **(extra or {}),
