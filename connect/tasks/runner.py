@@ -17,7 +17,7 @@ reported them (its put order), so per-partition order survives a sink's finite d
 Records a put never handed to its client (``NotSentError``: no room until the deadline, say) are
 later than everything in flight: they wait until every record put before them has an outcome, and
 go out behind those of them that failed, whatever order the reports came in
-(:class:`~connect.tasks.resend.ResendQueue`).
+(:class:`~connect.tasks.resend.Resender`).
 When something fails that nothing accepts, the partitions it touched keep their previous offsets
 and the epoch ends FAILED.
 
@@ -50,12 +50,10 @@ from typing import Any, Callable, Mapping, Sequence
 from connect.batch import NativeBatch, native_allowed
 from connect.errors import (
     ConnectError,
-    NotSentError,
     ProducerFencedError,
     RetriableError,
     RetriesExhaustedError,
     TaskFailedError,
-    TransactionAbortedError,
 )
 from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
@@ -64,13 +62,13 @@ from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
 from connect.tasks.bookkeeping import OpenedPartitions
 from connect.tasks.bridge import BridgeLease
 from connect.tasks.commits import CommitAccounting, Generation
-from connect.tasks.exactlyonce import AT_LEAST_ONCE, EpochTransactions, open_pair
+from connect.tasks.exactlyonce import AT_LEAST_ONCE, EpochTransactions, adopting, open_pair
 from connect.tasks.failures import DeadLetterQueue, FailedRecordHandler
 from connect.tasks.gcpause import gc_pause, gc_resume
 from connect.tasks.listeners import AckListener, AckListeners
 from connect.tasks.offsetsync import OffsetSyncListener
 from connect.tasks.policy import RunnerPolicy
-from connect.tasks.resend import ResendQueue
+from connect.tasks.resend import DELIVERY, Resender
 from connect.tasks.results import FAILED, RUNNING, EpochResult, EpochStats
 from connect.tasks.retry import EpochOver, RetryPolicy
 from connect.tasks.stages import StageChain, build_chain
@@ -82,7 +80,6 @@ log = logging.getLogger(__name__)
 _VALUE = operator.attrgetter("value")
 _KEY = operator.attrgetter("key")
 _HOST = socket.gethostname()
-_DELIVERY = "delivery"  # retry clock of transient delivery failures
 
 
 def _payload_bytes(batch) -> int:
@@ -133,7 +130,7 @@ class TaskPairRunner:
         self._stop_requested = stop_requested
         # exactly-once: side writers to the target cluster join the epoch's transaction (built lazily,
         # once ``self._txn`` is known)
-        dlq_factory, offset_syncs_factory = self._adopting(dlq_factory), self._adopting(offset_syncs_factory)
+        dlq_factory, offset_syncs_factory = (adopting(f, lambda: self._txn) for f in (dlq_factory, offset_syncs_factory))
         self._dlq = DeadLetterQueue(dlq_factory) if dlq_factory is not None else None  # one writer per pair
         self._reporter = ErrantRecordReporter()
         self._retry = RetryPolicy(policy.retry_timeout_ms, policy.retry_delay_max_ms)
@@ -146,7 +143,9 @@ class TaskPairRunner:
         self._checkpoint_every = max(policy.max_in_flight_records // 4, 1)
         # -- carried across epochs --
         self._acct = CommitAccounting(self.source.commit_record if self._wants_commit_record else None)
-        self._resend = ResendQueue()  # transient failures and records never sent, waiting to be put again
+        # transient failures and records never sent, waiting to be put again
+        self._resend = Resender(lambda batch: self.sink.put(batch), self._retry, self._acct,
+                                lambda batch: self._listeners.resending(batch))
         self._permanent: list[tuple[ConnectRecord, BaseException]] = []  # not yet resolved (DLQ busy)
         self._stage_failures: list[tuple[ConnectRecord, BaseException]] = []  # records a stage could not handle
         self._deadline = float("inf")
@@ -235,7 +234,7 @@ class TaskPairRunner:
             if self._txn is not None:  # nothing of it becomes visible, its offsets included
                 committed = {}
                 stats.fenced += isinstance(exc, ProducerFencedError)
-                self._abort(stats)
+                self._txn.abort_failed(stats)
             trace = "".join(traceback.format_exception(exc))
             log.error("task %s failed in epoch %d: %s", self.name, epoch, exc)
         finally:
@@ -282,14 +281,14 @@ class TaskPairRunner:
     def _settle(self, drain: bool, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
         """The epoch's last commit point; re-sends due within the grace, and (``drain``) outcomes."""
         try:
-            self._resend_due(stats)
+            self._resend.send_due(stats)
             self._commit_point(committed, handler, stats)
             # (exactly-once: dead letters waiting for their acknowledgement too, as they are in the transaction)
             while self._resend or (drain and (self._acct.generations or (self._txn is not None and self._permanent))):
                 # A transient blip is re-sent within the grace period if it allows; a stop drains.
                 self._await_progress()
                 self._take_failures(committed, handler, stats)
-                self._resend_due(stats)
+                self._resend.send_due(stats)
                 self._commit_point(committed, handler, stats)
         except EpochOver:
             pass
@@ -318,25 +317,9 @@ class TaskPairRunner:
                            time.time(), lag=lag, trace=trace, pid=os.getpid(), retriable=retriable, host=_HOST,
                            metrics=reported, partition_lag=partition_lag, gaps=gaps)
 
-    def _adopting(self, factory: Callable[[], SideWriter] | None) -> Callable[[], SideWriter] | None:
-        if factory is None:
-            return None
-
-        def build() -> SideWriter:
-            writer = factory()
-            return self._txn.adopt(writer) if self._txn is not None else writer
-
-        return build
-
     def _settled(self) -> bool:
         """Every record put has an outcome and nothing is held: the transaction may commit."""
         return self._acct.settled() and not (self._resend or self._permanent or self._stage_failures)
-
-    def _abort(self, stats: EpochStats) -> None:
-        try:
-            self._txn.abort(stats)
-        except Exception as exc:  # noqa: BLE001 - the epoch's own failure is the one reported
-            log.warning("[%s] aborting the transaction: %s", self.name, exc)
 
     def _open_epoch(self) -> _Carry:
         p = self.policy
@@ -473,11 +456,11 @@ class TaskPairRunner:
         acct, resend = self._acct, self._resend
         if resend:
             # Records waiting to be re-sent go out before anything new (order is kept).
-            self._resend_due(stats)
+            self._resend.send_due(stats)
             self._take_failures(committed, handler, stats)
             if resend:
                 self._await_progress()
-                if resend.waits(acct.complete_through):  # see which generations completed meanwhile
+                if resend.waits():  # see which generations completed meanwhile
                     self._commit_point(committed, handler, stats)
                 else:
                     self._take_failures(committed, handler, stats)
@@ -500,7 +483,7 @@ class TaskPairRunner:
         except EpochOver:
             # The sink did not take the batch in time, and its offsets are in this generation
             # already: it goes out first next time (no commit point passes records not sent).
-            self._defer(batch.records() if native else batch, stats)
+            self._resend.defer(batch.records() if native else batch, stats)
             raise
         if native:
             size = batch.payload_bytes()
@@ -527,11 +510,11 @@ class TaskPairRunner:
             raise EpochOver
         resend = self._resend
         if not self._async or (resend and not self._acct.generations):
-            self._retry.wait(max(resend.due - time.monotonic(), 0.0), self._time_left)
+            self._retry.wait(resend.backoff_left(), self._time_left)
             return
         wait = min(left, 0.1)
-        if resend and not resend.waits(self._acct.complete_through):
-            wait = min(wait, max(resend.due - time.monotonic(), 0.0))
+        if resend and not resend.waits():
+            wait = min(wait, resend.backoff_left())
         self.sink.wait_outcomes(wait)
 
     def offsets_persisted(self) -> None:
@@ -543,23 +526,6 @@ class TaskPairRunner:
             self.source.offsets_committed(offsets)
 
     # -- transient failures ------------------------------------------------------------------
-    def _resend_due(self, stats: EpochStats) -> None:
-        """Re-send the transient failures, in their order, once their backoff has passed and every
-        record put before the ones never sent has an outcome."""
-        resend = self._resend
-        if not resend or time.monotonic() < resend.due or resend.waits(self._acct.complete_through):
-            return
-        batch, unsent_from = resend.take()
-        stats.retries += len(batch)
-        self._listeners.resending(batch)
-        try:
-            self.sink.put(batch)
-        except RetriableError as exc:  # nothing of the batch was taken: keep it, in front
-            resend.put_back(batch, unsent_from)
-            resend.due = time.monotonic() + self._retry.failed(_DELIVERY, exc)
-            return
-        self._acct.resent(batch)  # acknowledged once this generation is complete
-
     def _take_failures(self, committed: dict, handler: FailedRecordHandler, stats: EpochStats) -> None:
         """Eager intake: a transient failure the sink reported (in a put, or while serving outcomes) is
         taken at once by a commit point, which queues it for re-sending, so no new record is put
@@ -569,34 +535,13 @@ class TaskPairRunner:
         if failed and any(isinstance(e, RetriableError) for _, e in failed):
             self._commit_point(committed, handler, stats)
 
-    def _defer(self, batch: list[ConnectRecord], stats: EpochStats) -> None:
-        """Records polled but not taken by the sink: queued, in order, to be put before anything new
-        (and after any record put before them that fails later)."""
-        if not self._resend:
-            self._resend.due = time.monotonic()
-        self._resend.hold_unsent(batch, self._acct.last_seq())
-        stats.records += len(batch)
-
     def _queue_resend(self, transient: list, stats: EpochStats) -> None:
         stats.transient += len(transient)
         if self._txn is not None:
-            sent = next(((r, e) for r, e in transient if not isinstance(e, NotSentError)), None)
-            if sent is not None:  # re-sent inside this transaction it would land after later records
-                raise TransactionAbortedError(f"{sent[0].position()} failed ({sent[1]}); the epoch's transaction is "
-                                              "aborted and the pair restarts from the offsets in the target")
+            self._txn.refuse_resend(transient)
         for reason, n in stats.count_reasons(transient).items():
             log.warning("[%s] %d record(s) not delivered, transient (re-sent, offsets held): %s", self.name, n, reason)
-        resend = self._resend
-        resend.failed([r for r, e in transient if not isinstance(e, NotSentError)])
-        unsent = [r for r, e in transient if isinstance(e, NotSentError)]
-        if unsent:
-            resend.hold_unsent(unsent, self._acct.last_seq())
-        error = next((e for _, e in transient if not getattr(e, "backpressure", False)), None)
-        if error is not None:
-            # Raises RetriesExhaustedError once deliveries have been failing for errors.retry.timeout.
-            resend.due = time.monotonic() + self._retry.failed(_DELIVERY, error)
-        elif len(resend) == len(transient):  # only a full client: due once the records before are done
-            resend.due = time.monotonic()
+        self._resend.failed(transient)
 
     # -- commit points (the accounting: connect.tasks.commits) ---------------------------------
     def _complete_generations(self) -> list[Generation]:
@@ -628,11 +573,9 @@ class TaskPairRunner:
         self._stage_failures.clear()  # in place: ``_move`` holds the list while it runs
         stats.errors += len(new_permanent)
         acct.acknowledge(complete, stats)
-        if not self._resend and not acct.awaiting and self._retry.failing(_DELIVERY):
-            self._retry.succeeded(_DELIVERY)
+        self._resend.settle()
         unresolved = self._resolve_permanent(new_permanent, handler, stats)
-        blocked = self._resend.partitions()
-        blocked.update(acct.awaiting)
+        blocked = self._resend.held()
         blocked.update(partition_key(r.source_partition) for r, _ in self._permanent)
         blocked.update(partition_key(r.source_partition) for r, _ in unresolved)
         acct.release(blocked, committed, stats)
@@ -649,7 +592,7 @@ class TaskPairRunner:
         """What is failing transiently right now, for the operator (status, progress, metrics)."""
         out = []
         for what, seconds, reason in self._retry.streaks():
-            held = set(self._acct.awaiting) | self._resend.partitions() if what == _DELIVERY else set()
+            held = self._resend.held() if what == DELIVERY else set()
             out.append({"operation": what, "reason": reason, "for_s": round(seconds, 1), "partitions": sorted(held)})
         return out
 
