@@ -55,7 +55,6 @@ from connect.errors import (
     RetriesExhaustedError,
     TaskFailedError,
 )
-from connect.records import ConnectRecord, partition_key
 from connect.sink import ErrantRecordReporter, SinkTask, SinkTaskContext
 from connect.sink.side import SideWriter
 from connect.source import OffsetStorageReader, SourceTask, SourceTaskContext
@@ -63,7 +62,7 @@ from connect.tasks.bookkeeping import OpenedPartitions
 from connect.tasks.bridge import BridgeLease
 from connect.tasks.commits import CommitAccounting, Generation
 from connect.tasks.exactlyonce import AT_LEAST_ONCE, EpochTransactions, adopting, open_pair
-from connect.tasks.failures import DeadLetterQueue, FailedRecordHandler
+from connect.tasks.failures import DeadLetterQueue, FailedRecordHandler, PendingFailures
 from connect.tasks.gcpause import gc_pause, gc_resume
 from connect.tasks.listeners import AckListener, AckListeners
 from connect.tasks.offsetsync import OffsetSyncListener
@@ -146,8 +145,7 @@ class TaskPairRunner:
         # transient failures and records never sent, waiting to be put again
         self._resend = Resender(lambda batch: self.sink.put(batch), self._retry, self._acct,
                                 lambda batch: self._listeners.resending(batch))
-        self._permanent: list[tuple[ConnectRecord, BaseException]] = []  # not yet resolved (DLQ busy)
-        self._stage_failures: list[tuple[ConnectRecord, BaseException]] = []  # records a stage could not handle
+        self._pending = PendingFailures(self.name)  # permanent failures: of stages, or waiting for the DLQ
         self._deadline = float("inf")
         self._carry: _Carry | None = None  # the next epoch, opened by ``bridge``
         self._lease = BridgeLease(self._set_deadline, lambda: self._deadline)
@@ -284,7 +282,7 @@ class TaskPairRunner:
             self._resend.send_due(stats)
             self._commit_point(committed, handler, stats)
             # (exactly-once: dead letters waiting for their acknowledgement too, as they are in the transaction)
-            while self._resend or (drain and (self._acct.generations or (self._txn is not None and self._permanent))):
+            while self._resend or (drain and (self._acct.generations or (self._txn is not None and self._pending.waiting))):
                 # A transient blip is re-sent within the grace period if it allows; a stop drains.
                 self._await_progress()
                 self._take_failures(committed, handler, stats)
@@ -319,7 +317,7 @@ class TaskPairRunner:
 
     def _settled(self) -> bool:
         """Every record put has an outcome and nothing is held: the transaction may commit."""
-        return self._acct.settled() and not (self._resend or self._permanent or self._stage_failures)
+        return self._acct.settled() and not (self._resend or self._pending)
 
     def _open_epoch(self) -> _Carry:
         p = self.policy
@@ -400,7 +398,7 @@ class TaskPairRunner:
         checkpoint_every = self._checkpoint_every if self._async else max_in_flight
         chain = self._chain.apply if self._chain else None
         native_chain = self._chain.native if self._native else None
-        stage_failures = self._stage_failures
+        stage_failures = self._pending.stage
         acct, resend = self._acct, self._resend
         polled = acct.polled
         halt = self._lease.halted
@@ -569,15 +567,11 @@ class TaskPairRunner:
         if transient:  # an outcome, not an acknowledgement: they count once a re-send is delivered
             acct.unacknowledged(len(transient), stats)
             self._queue_resend(transient, stats)
-        new_permanent = [f for f in failures if not isinstance(f[1], RetriableError)] + self._stage_failures
-        self._stage_failures.clear()  # in place: ``_move`` holds the list while it runs
-        stats.errors += len(new_permanent)
         acct.acknowledge(complete, stats)
         self._resend.settle()
-        unresolved = self._resolve_permanent(new_permanent, handler, stats)
+        unresolved = self._pending.resolve([f for f in failures if not isinstance(f[1], RetriableError)], handler, stats)
         blocked = self._resend.held()
-        blocked.update(partition_key(r.source_partition) for r, _ in self._permanent)
-        blocked.update(partition_key(r.source_partition) for r, _ in unresolved)
+        blocked.update(self._pending.held(unresolved))
         acct.release(blocked, committed, stats)
         self._listeners.commit_point()
         gc.collect(1)
@@ -595,21 +589,6 @@ class TaskPairRunner:
             held = self._resend.held() if what == DELIVERY else set()
             out.append({"operation": what, "reason": reason, "for_s": round(seconds, 1), "partitions": sorted(held)})
         return out
-
-    def _resolve_permanent(self, new: list, handler: FailedRecordHandler, stats: EpochStats) -> list:
-        """Hooks -> DLQ -> tolerance for permanent failures; the DLQ being slow keeps them for later."""
-        todo = self._permanent + new
-        self._permanent = []
-        if not todo:
-            return []
-        for reason, n in stats.count_reasons(new).items():
-            log.warning("[%s] %d record(s) failed permanently: %s", self.name, n, reason)
-        try:
-            return handler.handle(todo)
-        except RetriableError as exc:
-            log.warning("[%s] %d failed record(s) wait for the dead-letter topic: %s", self.name, len(todo), exc)
-            self._permanent = todo
-            return []
 
     # -- lifecycle -----------------------------------------------------------------------------
     def stop(self) -> None:
