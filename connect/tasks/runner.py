@@ -12,12 +12,8 @@ dead-letter topic or ``errors.tolerance=all``. A *transient* failure (timeout, l
 full queue) is never skipped: the record is re-sent in order, with backoff, and its partition's
 offset stays where it was until the re-sent record is acknowledged. A transient failure holds the
 pair: it is taken as soon as the sink reports it (right after the put or the wait for outcomes that
-brought it), and nothing new is put before the failed records are re-sent, in the order the sink
-reported them (its put order), so per-partition order survives a sink's finite delivery timeout.
-Records a put never handed to its client (``NotSentError``: no room until the deadline, say) are
-later than everything in flight: they wait until every record put before them has an outcome, and
-go out behind those of them that failed, whatever order the reports came in
-(:class:`~connect.tasks.resend.Resender`).
+brought it), and nothing new is put before the failed records are re-sent, in the sink's put order
+(records a put never handed to its client behind them: :mod:`connect.tasks.resend`).
 When something fails that nothing accepts, the partitions it touched keep their previous offsets
 and the epoch ends FAILED.
 

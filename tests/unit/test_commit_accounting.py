@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from connect.errors import NotSentError, RetriableError, RetriesExhaustedError
 from connect.records import ConnectRecord, partition_key
 from connect.tasks.commits import CommitAccounting
-from connect.tasks.resend import ResendQueue
+from connect.tasks.resend import DELIVERY, Resender, ResendQueue
 from connect.tasks.results import EpochStats
+from connect.tasks.retry import RetryPolicy
 
 P0 = {"topic": "t", "partition": 0}
 P1 = {"topic": "t", "partition": 1}
@@ -207,3 +211,66 @@ def test_resend_queue_put_back_restores_the_order_and_the_never_sent_boundary():
     assert q.records == [a, b] and q.waits(lambda seq: False)
     q.failed([c])  # a later failure still goes ahead of the record never sent
     assert q.records == [a, c, b] and len(q) == 3
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.put: list = []
+        self.refuse = 0
+
+    def __call__(self, batch) -> None:
+        if self.refuse:
+            self.refuse -= 1
+            raise RetriableError("queue full")
+        self.put.append([r.source_offset["offset"] for r in batch])
+
+
+def _resender(acct: CommitAccounting, sink: _Sink, timeout_ms: int = 60_000) -> Resender:
+    return Resender(sink, RetryPolicy(timeout_ms, 10_000), acct, lambda batch: None)
+
+
+def test_resender_paces_resends_on_the_delivery_clock_and_holds_partitions_until_acknowledged():
+    acct, sink, stats, cps = CommitAccounting(), _Sink(), EpochStats(), _Checkpoints()
+    resender = _resender(acct, sink)
+    a, b = _rec(P0, 1), _rec(P1, 2)
+    _put(acct, a, b)
+    acct.close(cps)
+    resender.failed([(a, RetriableError("timed out")), (b, NotSentError("no room"))])
+    assert resender.held() == {K0, K1} and resender.backoff_left() > 0.05  # backoff started
+    resender.send_due(stats)
+    assert sink.put == []  # not due yet, and b waits for generation 0 anyway
+    resender.queue.due = 0.0
+    assert resender.waits()
+    cps.done[0] = True
+    acct.acknowledge(acct.checkpointed(), stats)
+    assert not resender.waits()
+    resender.queue.due = time.monotonic() + 60
+    resender.send_due(stats)
+    assert sink.put == []  # its backoff has not passed
+    resender.queue.due = 0.0
+    sink.refuse = 1  # the re-send itself is refused: it stays, in order, and backs off longer
+    resender.send_due(stats)
+    assert resender.queue.records == [a, b] and resender.backoff_left() > 0.1
+    resender.queue.due = 0.0
+    resender.send_due(stats)
+    assert sink.put == [[1, 2]] and not resender and stats.retries == 4
+    assert resender.held() == {K0, K1}  # re-sent in generation 1, not yet complete
+    resender.settle()
+    assert resender._retry.failing(DELIVERY)
+    acct.close(cps)
+    cps.done[1] = True
+    acct.acknowledge(acct.checkpointed(), stats)
+    assert resender.held() == set()
+    resender.settle()
+    assert not resender._retry.failing(DELIVERY)
+
+
+def test_resender_a_full_client_alone_is_due_at_once_and_a_long_outage_ends_the_retries():
+    acct, sink = CommitAccounting(), _Sink()
+    resender = _resender(acct, sink, timeout_ms=0)
+    _put(acct, _rec(P0, 1))
+    resender.queue.due = time.monotonic() + 60  # a backoff left from an earlier streak
+    resender.failed([(_rec(P0, 1), NotSentError("no room", backpressure=True))])
+    assert resender.backoff_left() == 0.0 and not resender._retry.failing(DELIVERY)
+    with pytest.raises(RetriesExhaustedError):  # errors.retry.timeout=0: the first real failure ends them
+        resender.failed([(_rec(P0, 2), RetriableError("broker down"))])
