@@ -30,12 +30,13 @@ import logging
 import time
 from typing import Any, Callable, Mapping
 
-from connect.errors import ConfigIssue, TransactionsUnavailableError
+from connect.errors import ConfigIssue, NotSentError, TransactionAbortedError, TransactionsUnavailableError
 from connect.sink import SinkTask
+from connect.sink.side import SideWriter
 from connect.sink.transactions import SinkTransactions, transactional_id
 from connect.source import OffsetStorageReader, SourceTaskContext
 
-__all__ = ["EpochTransactions", "open_pair", "config_issues", "EXACTLY_ONCE", "AT_LEAST_ONCE"]
+__all__ = ["EpochTransactions", "open_pair", "adopting", "config_issues", "EXACTLY_ONCE", "AT_LEAST_ONCE"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,37 @@ class EpochTransactions:
         if self._txns.open:
             self._txns.abort()
             stats.aborted += 1
+
+    def abort_failed(self, stats) -> None:
+        """:meth:`abort` for an epoch that failed: an error aborting is logged, the epoch's own is the one reported."""
+        try:
+            self.abort(stats)
+        except Exception as exc:  # noqa: BLE001 - the epoch's own failure is the one reported
+            log.warning("[%s] aborting the transaction: %s", self.name, exc)
+
+    @staticmethod
+    def refuse_resend(transient: list) -> None:
+        """A record sent in the transaction failed transiently: re-sent inside it, it would land after
+        later records, so the transaction is aborted (raises). Records never sent may still go out."""
+        sent = next(((r, e) for r, e in transient if not isinstance(e, NotSentError)), None)
+        if sent is not None:
+            raise TransactionAbortedError(f"{sent[0].position()} failed ({sent[1]}); the epoch's transaction is "
+                                          "aborted and the pair restarts from the offsets in the target")
+
+
+def adopting(factory: Callable[[], SideWriter] | None,
+             transactions: Callable[[], EpochTransactions | None]) -> Callable[[], SideWriter] | None:
+    """``factory`` building side writers that join the pair's transactions (known once the pair has
+    started: ``transactions`` is asked when a writer is built)."""
+    if factory is None:
+        return None
+
+    def build() -> SideWriter:
+        writer = factory()
+        txn = transactions()
+        return txn.adopt(writer) if txn is not None else writer
+
+    return build
 
 
 def config_issues(mode: str, sink_connector: type, source_config: Mapping[str, str],

@@ -23,12 +23,12 @@ import logging
 from typing import Callable, Sequence
 
 from connect.errors import ConnectError, RetriableError
-from connect.records import ConnectRecord
+from connect.records import ConnectRecord, partition_key
 from connect.sink.side import SideWriter
 from connect.source import SourceTask
 from connect.tasks.results import EpochStats
 
-__all__ = ["FailedRecordHandler", "DeadLetterQueue", "dead_letter_record"]
+__all__ = ["FailedRecordHandler", "PendingFailures", "DeadLetterQueue", "dead_letter_record"]
 
 log = logging.getLogger(__name__)
 
@@ -156,3 +156,41 @@ class FailedRecordHandler:
     def _letter(self, record: ConnectRecord, error: BaseException) -> ConnectRecord:
         return dead_letter_record(record, error, connector=self._connector, task=self._task,
                                   with_headers=self._dlq_headers)
+
+
+class PendingFailures:
+    """A pair's permanent failures before they reach :class:`FailedRecordHandler`: records a stage
+    (converter, transform) could not handle (``stage``, appended in place by the runner's loop), and
+    failures the dead-letter topic could not take in time (``waiting``: tried again at the next
+    commit point, their partitions held meanwhile)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stage: list[Failure] = []
+        self.waiting: list[Failure] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.stage or self.waiting)
+
+    def resolve(self, reported: list[Failure], handler: FailedRecordHandler, stats: EpochStats) -> list[Failure]:
+        """Hooks -> DLQ -> tolerance for ``reported`` (the sink's permanent failures), the stage
+        failures and those waiting; returns what nothing accepted. The DLQ being slow keeps them for later."""
+        new = reported + self.stage
+        self.stage.clear()  # in place: the runner's loop holds the list while it runs
+        stats.errors += len(new)
+        todo = self.waiting + new
+        self.waiting = []
+        if not todo:
+            return []
+        for reason, n in stats.count_reasons(new).items():
+            log.warning("[%s] %d record(s) failed permanently: %s", self.name, n, reason)
+        try:
+            return handler.handle(todo)
+        except RetriableError as exc:
+            log.warning("[%s] %d failed record(s) wait for the dead-letter topic: %s", self.name, len(todo), exc)
+            self.waiting = todo
+            return []
+
+    def held(self, unresolved: list[Failure]) -> set[str]:
+        """The source partitions held by a failure waiting here or ``unresolved``."""
+        return {partition_key(r.source_partition) for r, _ in (*self.waiting, *unresolved)}
