@@ -83,11 +83,11 @@ def produce_keyed(bootstrap: str, topic: str, n: int, partitions: int, *, keys: 
 
 
 def consume_committed(bootstrap: str, topic: str, partitions: Iterable[int], expected: int, timeout: float = 90.0,
-                      quiet_s: float = 3.0) -> list:
-    """Every record a ``read_committed`` reader sees, from the beginning, until ``expected`` arrived and
-    ``quiet_s`` of silence (more may come: duplicates are what the caller looks for)."""
+                      quiet_s: float = 3.0, isolation: str = "read_committed") -> list:
+    """Every record a ``read_committed`` (or ``isolation``) reader sees, from the beginning, until
+    ``expected`` arrived and ``quiet_s`` of silence (more may come: duplicates are what the caller looks for)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-committed", "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
+                  "isolation.level": isolation})
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
     out, quiet, deadline = [], None, time.monotonic() + timeout
     try:

@@ -13,7 +13,7 @@ import time
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from kafka_util import consume_committed
 
 from connect.errors import ConnectError, TransactionsUnavailableError
 from connect.records import ConnectRecord
@@ -29,25 +29,7 @@ N = 3000
 
 def _read(bootstrap: str, topic: str, isolation: str, expected: int = 0, quiet_s: float = 2.0, timeout: float = 60):
     """Every record of partition 0, read with ``isolation``, until ``expected`` arrived and ``quiet_s`` of silence."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-verify", "enable.auto.commit": False,
-                  "isolation.level": isolation})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out, quiet, deadline = [], None, time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            msgs = c.consume(5000, 0.2)
-            for m in msgs:
-                assert m.error() is None, m.error()
-                out.append(m)
-            if msgs:
-                quiet = None
-            elif len(out) >= expected:
-                quiet = quiet or time.monotonic()
-                if time.monotonic() - quiet > quiet_s:
-                    break
-    finally:
-        c.close()
-    return out
+    return consume_committed(bootstrap, topic, [0], expected, timeout, quiet_s, isolation)
 
 
 def _runner(bootstrap: str, connector: str, topic: str, mode: str = "required", source=None, records: int = N,
