@@ -139,6 +139,13 @@ class SinkConnector(Connector):
         in its target; raises when they could not be changed."""
         return False
 
+    def fence_removed_tasks(self, tasks: int) -> list[int]:
+        """Exactly-once: fence the transactional ids of this connector's task pairs numbered ``tasks``
+        and above that ran before (the task count shrank), so a zombie of a removed pair cannot commit
+        records or offsets of partitions that other pairs now own. Called by the driver each time the
+        tasks are configured. Returns the task numbers fenced; the default sink has none."""
+        return []
+
     @classmethod
     def side_writer(cls, config: Mapping[str, Any], topic: str) -> SideWriter | None:
         """A writer of side outputs (dead letters, offset syncs) to ``topic`` of this sink's

@@ -83,6 +83,7 @@ from connectors.kafka.sinkconfig import (
 from connectors.kafka.topics import TargetTopics
 from connectors.kafka.transactions import (
     KafkaTransactions,
+    fence_tasks_from,
     is_fenced,
     rewrite_target_offsets,
     transaction_timeout_ms,
@@ -147,6 +148,11 @@ class KafkaSinkConnector(SinkConnector):
         conf.pop("delivery.timeout.ms", None)
         rewrite_target_offsets(conf, config, connector, changes, tasks)
         return True
+
+    def fence_removed_tasks(self, tasks: int) -> list[int]:
+        conf = client_config(self.config, "producer", PRODUCER_DEFAULTS)
+        conf.pop("delivery.timeout.ms", None)
+        return fence_tasks_from(conf, self.config, self.context.name, tasks)
 
     @classmethod
     def task_class(cls) -> type:

@@ -15,6 +15,8 @@
 - ``rewrite_target_offsets`` applies an operator's change (the REST offsets API, connector STOPPED)
   there: every task's ``transactional.id`` is initialised first (fencing what may still run), then
   the change is one transaction of task 0's producer.
+- ``fence_tasks_from`` fences the ids of pairs numbered at or above the task count that left
+  attempt records (the count shrank), and removes those records.
 - Each attempt then commits an *attempt* record (key ``["<connector>", "attempt", <task>]``, value its
   host, process and start time), so an older attempt that is fenced can say which one fenced it.
 """
@@ -42,7 +44,7 @@ from connect.records import partition_key
 from connectors.kafka.clients import client_config
 
 __all__ = ["KafkaTransactions", "transactional_producer", "is_fenced", "offsets_topic", "transaction_timeout_ms",
-           "rewrite_target_offsets"]
+           "rewrite_target_offsets", "fence_tasks_from"]
 
 log = logging.getLogger(__name__)
 
@@ -309,3 +311,35 @@ def rewrite_target_offsets(conf: dict[str, Any], config: Mapping[str, Any], conn
     log.info("connector %s: %d offset record(s) written to %s in the target (REST offsets change)",
              connector, len(changes), topic)
     return len(changes)
+
+
+def fence_tasks_from(conf: dict[str, Any], config: Mapping[str, Any], connector: str, tasks: int) -> list[int]:
+    """Fence ``connect-<connector>-<k>`` for every task ``k >= tasks`` with an attempt record in the
+    offsets topic (``KafkaTransactions.claim``): ``init_transactions`` with its id bumps the producer
+    epoch, so a zombie of that pair can neither commit nor keep its open transaction. The fenced
+    tasks' attempt records are then removed, so later starts do not fence them again."""
+    reader = KafkaTransactions(None, config, connector, 0, lambda: 30.0)  # reads only
+    removed: set[int] = set()
+
+    def take(msg) -> None:
+        try:
+            key = orjson.loads(msg.key())
+        except (orjson.JSONDecodeError, TypeError):
+            return
+        if isinstance(key, list) and len(key) == 3 and key[0] == connector and key[1] == "attempt" \
+                and isinstance(key[2], int) and key[2] >= tasks:
+            (removed.add if msg.value() is not None else removed.discard)(key[2])
+
+    reader._read_all(take, _READ_LIMIT_S)
+    topic = offsets_topic(config, connector)
+    for task in sorted(removed):
+        producer = transactional_producer(conf, f"connect-{connector}-{task}", 30.0)
+        try:
+            producer.begin_transaction()
+            producer.produce(topic, None, orjson.dumps([connector, "attempt", task]))
+            producer.commit_transaction(30)
+        except KafkaException as exc:
+            raise RetriableError(f"fencing removed task {task} of {connector}: {exc}") from None
+        log.info("connector %s: transactional.id connect-%s-%d fenced (task %d is no longer configured)",
+                 connector, connector, task, task)
+    return sorted(removed)

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from kafka_util import consume_committed
 
+from connect.connector import ConnectorContext
 from connect.errors import ConnectError, TransactionsUnavailableError
 from connect.records import ConnectRecord
 from connect.tasks.policy import RunnerPolicy
@@ -23,6 +24,7 @@ from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySourceTask
 from connectors.kafka import KafkaSinkTask
 from connectors.kafka.side import KafkaSideWriter
+from connectors.kafka.sink import KafkaSinkConnector
 
 N = 3000
 
@@ -33,11 +35,11 @@ def _read(bootstrap: str, topic: str, isolation: str, expected: int = 0, quiet_s
 
 
 def _runner(bootstrap: str, connector: str, topic: str, mode: str = "required", source=None, records: int = N,
-            offsets=None, converter: str = "bytes", dlq_topic: str | None = None, sink_extra=None,
+            offsets=None, converter: str = "bytes", dlq_topic: str | None = None, sink_extra=None, task: int = 0,
             **policy) -> TaskPairRunner:
     dlq = (lambda: KafkaSideWriter({"bootstrap.servers": bootstrap, "topic": dlq_topic}, dlq_topic)) if dlq_topic else None
     return TaskPairRunner(
-        connector=connector, task_id=0, source=source or MemorySourceTask(), sink=KafkaSinkTask(),
+        connector=connector, task_id=task, source=source or MemorySourceTask(), sink=KafkaSinkTask(),
         source_config={"topic": "src", "records": str(records), "partitions": "1", "batch.size": "100",
                        "value.converter": converter},
         sink_config={"bootstrap.servers": bootstrap, "topic": topic, "value.converter": converter, **(sink_extra or {})},
@@ -257,3 +259,24 @@ def test_the_offsets_topic_can_be_named(target, unique):
         assert _until_done(again, 400) == 100
     finally:
         again.stop()
+
+
+def test_a_removed_task_pair_is_fenced_when_the_task_count_shrinks(target, unique):
+    """tasks.max 2 -> 1: the driver fences task 1's transactional.id (``fence_removed_tasks``), so a
+    zombie of that removed pair cannot commit any more; task 0's id is left alone; once fenced, a later
+    configuration does not fence it again."""
+    topic = f"eos-removed-{unique}"
+    removed = _runner(target, unique, topic, task=1, records=1000)
+    try:
+        assert removed.run_epoch(0, max_records=100).state == RUNNING  # its attempt record is committed
+        sink = KafkaSinkConnector()
+        sink.initialize(ConnectorContext(unique))
+        sink.start({"bootstrap.servers": target, "topic": topic})
+        assert sink.fence_removed_tasks(2) == [], "task 1 is still configured with 2 tasks"
+        assert sink.fence_removed_tasks(1) == [1]
+        zombie = removed.run_epoch(1, max_records=100)
+        assert zombie.state == FAILED and "ProducerFencedError" in zombie.trace, zombie.trace
+        assert sink.fence_removed_tasks(1) == [], "fenced once: its attempt record is gone"
+    finally:
+        removed.stop()
+    assert _values(_read(target, topic, "read_committed", 100)) == list(range(100)), "only epoch 0 committed"

@@ -112,6 +112,20 @@ class PipelineRuntime:
         self.configure_tasks()
 
     # -- tasks -------------------------------------------------------------------------------
+    def _fence_removed_tasks(self) -> None:
+        """Exactly-once: pairs numbered past the task count that ran before are fenced in the target
+        (``SinkConnector.fence_removed_tasks``); if the target cannot be asked now, the next
+        configuration tries again (a zombie of a removed pair is all that is at stake)."""
+        if self.settings.runner.exactly_once == "disabled":
+            return
+        try:
+            fenced = self.sink_connector.fence_removed_tasks(max(len(self.tasks), 1))
+        except Exception as exc:  # noqa: BLE001 - see above; the pairs themselves fence their own ids
+            log.warning("connector %s: removed task pairs not fenced yet: %s", self.name, exc)
+            return
+        if fenced:
+            log.info("connector %s: removed task pair(s) %s fenced (exactly.once.support)", self.name, fenced)
+
     def configure_tasks(self) -> None:
         revived = [t.task for t in self.tasks if t.state == FAILED]
         if revived:
@@ -131,6 +145,7 @@ class PipelineRuntime:
         digest = hashlib.sha256(self._run_id.encode())
         digest.update(orjson.dumps([[t.source_config, t.sink_config] for t in self.tasks], option=orjson.OPT_SORT_KEYS))
         self.revision = digest.hexdigest()[:16]
+        self._fence_removed_tasks()
         waiting = self.waiting()
         log.info("connector %s: %d task pair(s)%s", self.name, len(self.tasks), f": {waiting}" if waiting else "")
 
