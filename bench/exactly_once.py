@@ -17,7 +17,7 @@ Each contender runs once per round and is measured twice in that run, on a sourc
   drains and commits inside that window count). ``committed s``: seconds from the first record
   written to the last one visible to a ``read_committed`` reader - with exactly-once the backlog
   becomes visible only at its epoch's commit, so when the backlog takes less than one epoch to
-  copy this is about the epoch length, not a rate;
+  copy this is about the epoch length, not a rate. ``visible msg/s``: the backlog over that time;
 - latency: then a producer process writes ``--rate`` msg/s for ``--seconds`` s into the same
   source topic; a ``read_committed`` watcher reads the target from where the backlog ended; latency
   = arrival - the record's produce timestamp (kept by the mirror), the first 5 s left out. With
@@ -29,6 +29,7 @@ round (and the raw loop goes first, then last). Figures are medians of rounds; r
 
 Usage: python bench/exactly_once.py [--records 200000] [--size 100] [--epochs 1,3,10] [--rounds 3]
        [--rate 5000] [--seconds 25] [--no-raw] [--clusters A,B] [--json out.json] [--set KEY=VALUE]
+       python bench/exactly_once.py --from-json out.json   (the summary of a saved run again)
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ from worker.embedded import ApacheKafka  # noqa: E402
 
 MODES = {"alo": "disabled", "eos": "required"}  # contender prefix -> exactly.once.support
 GOAL_EPOCH_S, GOAL = 10, 0.8  # exactly-once >= 0.8x at-least-once throughput at the default epoch (issue 39)
-FIGURES = {"msg_s": ("msg/s", ",.0f"), "committed_s": ("committed s", ".1f"), "p50_ms": ("p50 ms", ".0f"),
-           "p99_ms": ("p99 ms", ".0f")}
+FIGURES = {"msg_s": ("written msg/s", ",.0f"), "committed_s": ("committed s", ".1f"),
+           "visible_msg_s": ("visible msg/s", ",.0f"), "p50_ms": ("p50 ms", ".0f"), "p99_ms": ("p99 ms", ".0f")}
+THROUGHPUTS = {"msg_s": "written", "visible_msg_s": "visible"}
 
 
 def kinds(epochs: list[int], raw: bool, rnd: int = 0) -> list[str]:
@@ -112,16 +114,22 @@ def run(kind: str, a: str, b: str, records: int, size: int, rate: int, seconds: 
     return out
 
 
-def summary(rounds: list[dict], epochs: list[int], raw: bool) -> dict:
+def summary(rounds: list[dict], epochs: list[int], raw: bool, records: int) -> dict:
     """Print and return the medians of every contender's figures and the ratios: exactly-once /
-    at-least-once per epoch length (throughput, p99), each contender's throughput / the raw loop's,
-    and whether the goal (exactly-once >= 0.8x at-least-once throughput at a 10 s epoch) was met."""
+    at-least-once per epoch length (throughput written and visible, p99), each contender's
+    throughputs / the raw loop's, and whether the goal (exactly-once >= 0.8x at-least-once
+    throughput at a 10 s epoch) was met, for each throughput. ``records``: the backlog of a round
+    (visible msg/s = records / committed s)."""
+    for r in rounds:
+        for v in r.values():
+            v["visible_msg_s"] = records / v["committed_s"] if v["committed_s"] > 0 else float("nan")
     names = kinds(epochs, raw)
     medians = {k: {key: median_of(rounds, k, key) for key in FIGURES} for k in names}
     ratios = {f"eos-{e}s / alo-{e}s": {key: ratio_of(rounds, f"eos-{e}s", f"alo-{e}s", key)
-                                       for key in ("msg_s", "p99_ms")} for e in epochs}
+                                       for key in (*THROUGHPUTS, "p99_ms")} for e in epochs}
     if raw:
-        ratios |= {f"{k} / raw": {"msg_s": ratio_of(rounds, k, "raw", "msg_s")} for k in names if k != "raw"}
+        ratios |= {f"{k} / raw": {key: ratio_of(rounds, k, "raw", key) for key in THROUGHPUTS}
+                   for k in names if k != "raw"}
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     print()
     print(f"medians of {len(rounds)} round(s)")
@@ -131,13 +139,14 @@ def summary(rounds: list[dict], epochs: list[int], raw: bool) -> dict:
     print()
     print("ratios, median of per-round ratios")
     for label, r in ratios.items():
-        print(f"{label:<20}throughput {fmt(r['msg_s'], '.2f')}"
+        print(f"{label:<20}" + "  ".join(f"throughput {name} {fmt(r[key], '.2f')}" for key, name in THROUGHPUTS.items())
               + (f"  p99 latency {fmt(r['p99_ms'], '.2f')}" if "p99_ms" in r else ""))
-    goal = ratios.get(f"eos-{GOAL_EPOCH_S}s / alo-{GOAL_EPOCH_S}s", {}).get("msg_s")
-    met = None if goal is None else goal >= GOAL
-    if goal is not None:
-        print(f"goal: exactly-once >= {GOAL}x at-least-once throughput at a {GOAL_EPOCH_S} s epoch: "
-              f"{goal:.2f}, {'met' if met else 'NOT met'}")
+    goal = ratios.get(f"eos-{GOAL_EPOCH_S}s / alo-{GOAL_EPOCH_S}s", {})
+    met = {key: None if goal.get(key) is None else goal[key] >= GOAL for key in THROUGHPUTS}
+    if goal and any(v is not None for v in met.values()):
+        print(f"goal: exactly-once >= {GOAL}x at-least-once throughput at a {GOAL_EPOCH_S} s epoch: " + ", ".join(
+            f"{name} {fmt(goal[key], '.2f')} {'-' if met[key] is None else 'met' if met[key] else 'NOT met'}"
+            for key, name in THROUGHPUTS.items()))
     return {"median": medians, "ratios": ratios, "goal_met": met}
 
 
@@ -153,7 +162,13 @@ def main() -> None:
     ap.add_argument("--clusters", metavar="A,B", help="bootstrap servers of two running clusters (default: start two)")
     ap.add_argument("--json", metavar="PATH", help="write parameters, every round and the summary as JSON")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a key of every connector")
+    ap.add_argument("--from-json", metavar="PATH", help="only print the summary of a run saved with --json")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        params = saved["params"]
+        summary(saved["rounds"], params["epochs_s"], "raw" in saved["rounds"][0], params["records"])
+        return
     try:
         epochs = [int(e) for e in args.epochs.split(",")]
     except ValueError:
@@ -178,7 +193,7 @@ def main() -> None:
                   flush=True)
             rounds.append({k: run(k, a, b, records, args.size, args.rate, args.seconds, work,
                                   f"{run_id}r{rnd}{k.replace('-', '')}") for k in kinds(epochs, not args.no_raw, rnd)})
-    result = summary(rounds, epochs, not args.no_raw)
+    result = summary(rounds, epochs, not args.no_raw, records)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "params": {"records": records, "size": args.size, "epochs_s": epochs, "rounds": args.rounds,

@@ -37,7 +37,7 @@ ROUNDS = [
 
 
 def test_medians_ratios_and_the_goal_are_printed_and_returned(capsys):
-    result = _eo().summary(ROUNDS, [1, 10], raw=True)
+    result = _eo().summary(ROUNDS, [1, 10], raw=True, records=200_000)
     assert result["median"]["eos-10s"]["msg_s"] == 45_000
     assert result["median"]["alo-1s"]["p99_ms"] == 500
     assert result["median"]["raw"]["msg_s"] == 90_000
@@ -45,31 +45,35 @@ def test_medians_ratios_and_the_goal_are_printed_and_returned(capsys):
     assert ten["msg_s"] == pytest.approx(0.9)  # per-round 0.9, 0.75, 0.9: the median, not a ratio of medians
     assert ten["p99_ms"] == pytest.approx(15)  # per-round 15, 33, 10
     assert result["ratios"]["eos-1s / alo-1s"]["msg_s"] == pytest.approx(30 / 45)
+    assert ten["visible_msg_s"] == pytest.approx(0.4)  # per-round committed s 4/10, 5/10, 4/10
+    assert result["median"]["eos-10s"]["visible_msg_s"] == pytest.approx(20_000)  # 200,000 records in 10 s
     assert result["ratios"]["alo-10s / raw"]["msg_s"] == pytest.approx(0.5)
-    assert result["goal_met"] is True
+    assert result["ratios"]["alo-10s / raw"]["visible_msg_s"] == pytest.approx(0.5)
+    assert result["goal_met"] == {"msg_s": True, "visible_msg_s": False}
     printed = capsys.readouterr().out
     assert "medians of 3 round(s)" in printed
-    assert "eos-10s / alo-10s   throughput 0.90  p99 latency 15.00" in printed, printed
-    assert "eos-1s / raw        throughput 0.33" in printed, printed
-    assert "at a 10 s epoch: 0.90, met" in printed, printed
-    assert "eos-10s           45,000         10.0         5000         9000" in printed, printed
+    assert ("eos-10s / alo-10s   throughput written 0.90  throughput visible 0.40  p99 latency 15.00"
+            in printed), printed
+    assert "eos-1s / raw        throughput written 0.33  throughput visible 0.29" in printed, printed
+    assert "at a 10 s epoch: written 0.90 met, visible 0.40 NOT met" in printed, printed
+    assert "eos-10s           45,000         10.0       20,000         5000         9000" in printed, printed
 
 
 def test_a_goal_missed_says_so():
     rounds = [{"alo-10s": _f(50_000, 4, 300, 600), "eos-10s": _f(35_000, 10, 5_000, 9_000)}]
-    result = _eo().summary(rounds, [10], raw=False)
-    assert result["goal_met"] is False
+    result = _eo().summary(rounds, [10], raw=False, records=200_000)
+    assert result["goal_met"] == {"msg_s": False, "visible_msg_s": False}
     assert "raw" not in result["median"] and not any("raw" in k for k in result["ratios"])
 
 
 def test_a_contender_that_did_not_run_shows_as_a_dash_and_no_goal(capsys):
     rounds = [{"alo-3s": _f(50_000, 4, 300, 600)}]
-    result = _eo().summary(rounds, [3], raw=False)
+    result = _eo().summary(rounds, [3], raw=False, records=200_000)
     assert result["median"]["eos-3s"]["msg_s"] is None
     assert result["ratios"]["eos-3s / alo-3s"]["msg_s"] is None
-    assert result["goal_met"] is None
+    assert result["goal_met"] == {"msg_s": None, "visible_msg_s": None}
     printed = capsys.readouterr().out
-    assert "eos-3s / alo-3s     throughput -  p99 latency -" in printed, printed
+    assert "eos-3s / alo-3s     throughput written -  throughput visible -  p99 latency -" in printed, printed
     assert "goal" not in printed
 
 
