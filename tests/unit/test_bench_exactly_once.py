@@ -56,7 +56,7 @@ def test_medians_ratios_and_the_goal_are_printed_and_returned(capsys):
             in printed), printed
     assert "eos-1s / raw        throughput written 0.33  throughput visible 0.29" in printed, printed
     assert "at a 10 s epoch: written 0.90 met, visible 0.40 NOT met" in printed, printed
-    assert "eos-10s           45,000         10.0       20,000         5000         9000" in printed, printed
+    assert "eos-10s            45,000          10.0        20,000          5000          9000" in printed, printed
 
 
 def test_a_goal_missed_says_so():
