@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -148,6 +149,20 @@ def timed_epoch(spark, name: str, config: dict[str, str], records: int, tasks: i
     assert not failed, failed[0]
     assert moved == records, f"framework moved {moved} of {records}"
     return elapsed
+
+
+def median_of(rounds: list[dict], kind: str, key: str) -> float | None:
+    """Median over ``rounds`` (each ``{contender: {figure: value}}``) of ``kind``'s ``key``; None if
+    no round has ``kind``."""
+    values = [r[kind][key] for r in rounds if kind in r]
+    return statistics.median(values) if values else None
+
+
+def ratio_of(rounds: list[dict], top: str, bottom: str, key: str) -> float | None:
+    """Median of the per-round ratios ``top``/``bottom`` of ``key`` (rounds where both ran and the
+    bottom is not 0); None if there are none."""
+    values = [r[top][key] / r[bottom][key] for r in rounds if top in r and bottom in r and r[bottom][key]]
+    return statistics.median(values) if values else None
 
 
 def bench_args(doc: str, records: int, rounds: int = 2) -> argparse.Namespace:

@@ -112,8 +112,10 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def start_mirror(kind: str, src: str, dst: str, topic: str, target: str, work: Path, epoch_ms: int | None
-                 ) -> subprocess.Popen:
+def start_mirror(kind: str, src: str, dst: str, topic: str, target: str, work: Path, epoch_ms: int | None,
+                 extra: dict[str, str] | None = None) -> subprocess.Popen:
+    """``kind``'s process (``raw`` or ``connect-N``), mirroring ``topic`` to ``target``; ``extra``:
+    connector keys of this mirror only, over ``EXTRA``."""
     if kind == "raw":
         return _spawn([__file__, "raw-loop", src, dst, topic, target], work / f"{target}.log")
     tasks = {"connect-1": 1, "connect-2": 2}[kind]
@@ -123,6 +125,7 @@ def start_mirror(kind: str, src: str, dst: str, topic: str, target: str, work: P
     if epoch_ms:
         config["epoch.max.ms"] = str(epoch_ms)
     config.update(EXTRA)
+    config.update(extra or {})
     path = work / f"{target}.json"
     path.write_text(json.dumps({"name": target, "config": config}))
     return _spawn(["-m", "worker.cli", "run", str(path), "--data-dir", str(work / target),
@@ -141,14 +144,18 @@ def stop(proc: subprocess.Popen) -> None:
 
 # -- the watcher ---------------------------------------------------------------------------------
 def watch(bootstrap: str, topic: str, expected: int, timeout: float, proc: subprocess.Popen | None = None,
-          latency: bool = True, probe: bool = False, cpu: dict | None = None, marks: tuple = (0.1, 0.9)):
+          latency: bool = True, probe: bool = False, cpu: dict | None = None, marks: tuple = (0.1, 0.9),
+          committed: bool = True, start: dict[int, int] | None = None):
     """Read ``topic`` from the start until ``expected`` records arrived: [(arrival, count, [latencies ms],
     {partition: count})].
     The probe record (key ``probe``) counts only with ``probe=True``. ``cpu``: gets the CPU seconds of
     ``proc``'s process tree when 10% and 90% (``marks``) of the records had arrived (keys 0.1 and 0.9,
-    with the counts then under ``("n", mark)``)."""
-    c = Consumer({**WATCHER_CONSUMER, "bootstrap.servers": bootstrap, "group.id": "watcher"})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    with the counts then under ``("n", mark)``). ``committed``: read ``read_committed`` (records of a
+    transaction arrive when it commits), else ``read_uncommitted`` (when they are written).
+    ``start``: the offset to read each partition from (default 0)."""
+    c = Consumer({**WATCHER_CONSUMER, "bootstrap.servers": bootstrap, "group.id": "watcher",
+                  "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    c.assign([TopicPartition(topic, p, (start or {}).get(p, 0)) for p in range(PARTITIONS)])
     arrivals, seen = [], 0
     deadline = time.monotonic() + timeout
     try:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -52,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import e2e  # noqa: E402  (bench/e2e.py: this script's directory comes first on sys.path)
-from bench_util import PeakRss  # noqa: E402
+from bench_util import PeakRss, median_of, ratio_of  # noqa: E402
 
 from worker.brokers.mirror_maker import SHIPPED_HEAP, SHIPPED_JVM_FLAGS, mm2_properties, start_mirror_maker  # noqa: E402
 from worker.embedded import ApacheKafka  # noqa: E402
@@ -153,16 +152,6 @@ def order(kinds: list[str], rnd: int) -> list[str]:
     return [swap[k] for k in kinds if k != "raw"] + (["raw"] if "raw" in kinds else [])
 
 
-def _median(rounds: list[dict], kind: str, key: str) -> float | None:
-    values = [r[kind][key] for r in rounds if kind in r]
-    return statistics.median(values) if values else None
-
-
-def _ratio(rounds: list[dict], top: str, bottom: str, key: str) -> float | None:
-    values = [r[top][key] / r[bottom][key] for r in rounds if top in r and bottom in r and r[bottom][key]]
-    return statistics.median(values) if values else None
-
-
 RATIO_KEYS = {"msg_s": "throughput", "records_per_cpu_s": "records per CPU second", "cpu_us": "CPU per record",
               "rss_mb": "peak RSS", "first_s": "first record", "p50_ms": "p50 latency", "p99_ms": "p99 latency"}
 
@@ -173,10 +162,10 @@ def summary(thr: list[dict], lat: list[dict], tasks: list[int], raw: bool) -> di
             v["records_per_cpu_s"] = 1e6 / v["cpu_us"] if v["cpu_us"] else float("nan")
     kinds = (["raw"] if raw else []) + [f"{s}-{t}" for t in tasks for s in ("mm2", "connect")]
     keys_t, keys_l = ("msg_s", "records_per_cpu_s", "cpu_us", "rss_mb", "first_s"), ("p50_ms", "p99_ms")
-    medians = {k: {key: _median(rounds, k, key) for rounds, keys in ((thr, keys_t), (lat, keys_l)) for key in keys}
+    medians = {k: {key: median_of(rounds, k, key) for rounds, keys in ((thr, keys_t), (lat, keys_l)) for key in keys}
                for k in kinds}
     pairs = [(f"connect-{t}", f"mm2-{t}") for t in tasks] + ([(f"connect-{t}", "raw") for t in tasks] if raw else [])
-    ratios = {f"{top} / {bottom}": {key: _ratio(rounds, top, bottom, key)
+    ratios = {f"{top} / {bottom}": {key: ratio_of(rounds, top, bottom, key)
                                     for rounds, keys in ((thr, keys_t), (lat, keys_l)) for key in keys}
               for top, bottom in pairs}
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
