@@ -279,6 +279,20 @@ def _paced(topic: str, kind: str, a: EmbeddedKafka, b: EmbeddedKafka, rate: int,
             stop(proc)
 
 
+def paced_latencies(src: str, topic: str, dst: str, target: str, rate: int, seconds: int, value_size: int,
+                    log: Path, proc: subprocess.Popen | None, **watching) -> list[float]:
+    """A producer process writes ``rate`` msg/s for ``seconds`` s into ``topic`` on ``src`` while ``proc``
+    mirrors it to ``target`` on ``dst``: the latencies (ms) of the records that arrived after ``WARMUP_S``."""
+    total = rate * seconds
+    producer = _spawn([__file__, "produce", src, topic, str(total), str(rate), str(value_size)], log)
+    try:
+        arrivals = watch(dst, target, total, seconds + 120, proc, **watching)
+    finally:
+        producer.wait(60)
+    first = arrivals[0][0] + WARMUP_S
+    return [x for t, _, xs, _ in arrivals if t >= first for x in xs]
+
+
 def paced_cpu_round(rnd: int, a: EmbeddedKafka, b: EmbeddedKafka, rate: int, seconds: int, value_size: int,
                     work: Path, epoch_ms: int | None) -> dict[str, float]:
     """CPU per record of each mirror kept at the same rate: a producer process writes ``rate`` msg/s

@@ -93,24 +93,16 @@ def run(kind: str, a: str, b: str, records: int, size: int, rate: int, seconds: 
         mode, epoch = kind.split("-")
         extra = {"exactly.once.support": MODES[mode], "epoch.max.ms": str(int(epoch[:-1]) * 1000)}
     proc = e2e.start_mirror("raw" if kind == "raw" else "connect-1", a, b, topic, target, work, None, extra)
-    producer = None
     try:
         written = e2e.watch(b, target, records, 300 + records / 5000, proc, latency=False, committed=False)
         visible = e2e.watch(b, target, records, 120, proc, latency=False)
         out = {"msg_s": e2e.steady_rate(written, records), "committed_s": visible[-1][0] - written[0][0]}
-        start = _ends(b, target)
-        total = rate * seconds
-        producer = e2e._spawn([e2e.__file__, "produce", a, topic, str(total), str(rate), str(size)],
-                              work / f"{tag}-producer.log")
-        arrivals = e2e.watch(b, target, total, seconds + 120, proc, start=start)
+        lat = e2e.paced_latencies(a, topic, b, target, rate, seconds, size, work / f"{tag}-producer.log", proc,
+                                  start=_ends(b, target))
     except RuntimeError as err:
         raise RuntimeError(f"{kind}: {err} (log: {work / target}.log)") from err
     finally:
-        if producer is not None:
-            producer.wait(60)
         e2e.stop(proc)
-    first = arrivals[0][0] + e2e.WARMUP_S
-    lat = [x for t, _, xs, _ in arrivals if t >= first for x in xs]
     out |= {"p50_ms": e2e.percentile(lat, 0.5), "p99_ms": e2e.percentile(lat, 0.99)}
     print(f"    {kind:<8} {out['msg_s']:>9,.0f} msg/s written, all committed {out['committed_s']:5.1f} s after the "
           f"first write | p50 {out['p50_ms']:6.0f} ms  p99 {out['p99_ms']:6.0f} ms", flush=True)

@@ -123,20 +123,13 @@ def latency_run(kind: str, a: str, b: str, rate: int, seconds: int, size: int, w
     topic = f"{tag}-src"
     e2e._create(a, topic)
     proc, target, _ = launch(kind, a, b, topic, work, tag)
-    total, producer = rate * seconds, None
     try:
         e2e._wait_started(b, target, a, topic, proc, timeout=300)
-        producer = e2e._spawn([e2e.__file__, "produce", a, topic, str(total), str(rate), str(size)],
-                              work / f"{tag}-producer.log")
-        arrivals = e2e.watch(b, target, total, seconds + 120, proc)
+        lat = e2e.paced_latencies(a, topic, b, target, rate, seconds, size, work / f"{tag}-producer.log", proc)
     except RuntimeError as e:
         raise RuntimeError(f"{kind}: {e}{mm2_errors(kind, work, tag)}") from e
     finally:
-        if producer is not None:
-            producer.wait(60)
         e2e.stop(proc)
-    start = arrivals[0][0] + e2e.WARMUP_S
-    lat = [x for t, _, xs, _ in arrivals if t >= start for x in xs]
     out = {"p50_ms": e2e.percentile(lat, 0.5), "p99_ms": e2e.percentile(lat, 0.99), "max_ms": max(lat)}
     print(f"    {kind:<10} p50 {out['p50_ms']:6.0f} ms  p99 {out['p99_ms']:6.0f} ms  max {out['max_ms']:6.0f} ms",
           flush=True)

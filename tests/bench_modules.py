@@ -25,3 +25,17 @@ def bench_module(name: str) -> ModuleType:
     sys.modules[alias] = module
     spec.loader.exec_module(module)
     return module
+
+
+def bench_module_with_e2e(name: str) -> ModuleType:
+    """``bench/<name>.py`` that imports its sibling ``e2e``: loaded with ``bench/e2e.py`` standing in for
+    ``e2e`` (which the ``tests/e2e`` package would shadow), the name restored afterwards."""
+    saved = sys.modules.get("e2e")
+    sys.modules["e2e"] = bench_module("e2e")
+    try:
+        return bench_module(name)
+    finally:
+        if saved is None:
+            sys.modules.pop("e2e")
+        else:
+            sys.modules["e2e"] = saved

@@ -3,23 +3,12 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from bench_modules import bench_module
+from bench_modules import bench_module_with_e2e
 
 
 def _eo():
-    """bench/exactly_once.py imports its sibling ``e2e``, which ``tests/e2e`` would shadow here."""
-    saved = sys.modules.get("e2e")
-    sys.modules["e2e"] = bench_module("e2e")
-    try:
-        return bench_module("exactly_once")
-    finally:
-        if saved is None:
-            sys.modules.pop("e2e")
-        else:
-            sys.modules["e2e"] = saved
+    return bench_module_with_e2e("exactly_once")
 
 
 def _f(msg_s: float, committed_s: float, p50_ms: float, p99_ms: float) -> dict[str, float]:

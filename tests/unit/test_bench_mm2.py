@@ -3,23 +3,12 @@ integration smoke test, tests/integration/test_bench_mm2.py, runs the throughput
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from bench_modules import bench_module
+from bench_modules import bench_module_with_e2e
 
 
 def _mm2():
-    """bench/mm2.py imports its sibling ``e2e``, which ``tests/e2e`` would shadow here."""
-    saved = sys.modules.get("e2e")
-    sys.modules["e2e"] = bench_module("e2e")
-    try:
-        return bench_module("mm2")
-    finally:
-        if saved is None:
-            sys.modules.pop("e2e")
-        else:
-            sys.modules["e2e"] = saved
+    return bench_module_with_e2e("mm2")
 
 
 def _thr(msg_s: float, cpu_us: float, rss_mb: float, first_s: float) -> dict[str, float]:
