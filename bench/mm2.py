@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import e2e  # noqa: E402  (bench/e2e.py: this script's directory comes first on sys.path)
+import mm2_topics  # noqa: E402
 from bench_util import PeakRss, median_of, ratio_of  # noqa: E402
 
 from worker.brokers.mirror_maker import SHIPPED_HEAP, SHIPPED_JVM_FLAGS, mm2_properties, start_mirror_maker  # noqa: E402
@@ -63,16 +64,21 @@ MM2_PLAIN = {"emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "fa
 MM2_EXTRA: dict[str, str] = {}  # --mm2-set
 
 
+def start_mm2(kind: str, a: str, b: str, topics: str, work: Path, tag: str):
+    """MM2 (``mm2-N``: ``tasks.max=N``) mirroring ``topics`` (a list or regex) from ``a`` to ``b``; its source
+    cluster alias is ``tag``, so its target topics are ``<tag>.<topic>``."""
+    props = mm2_properties(tag, a, "B", b, topics, {"tasks.max": kind[4:], **MM2_PLAIN, **MM2_EXTRA})
+    return start_mirror_maker(props, work / tag, heap=SHIPPED_HEAP, flags=SHIPPED_JVM_FLAGS, log_level="WARN")
+
+
 def launch(kind: str, a: str, b: str, topic: str, work: Path, tag: str):
     """Start contender ``kind`` mirroring ``topic`` from ``a`` to ``b``: (process, target topic, launch
     time). ``tag``: alphanumeric, unique in the run (MM2's source alias; our target topic)."""
     if kind.startswith("mm2-"):
         target = f"{tag}.{topic}"  # MM2's DefaultReplicationPolicy
         e2e._create(b, target)  # the watcher fetches from the first record on
-        props = mm2_properties(tag, a, "B", b, topic, {"tasks.max": kind[4:], **MM2_PLAIN, **MM2_EXTRA})
         launched = time.time()
-        return start_mirror_maker(props, work / tag, heap=SHIPPED_HEAP, flags=SHIPPED_JVM_FLAGS,
-                                  log_level="WARN"), target, launched
+        return start_mm2(kind, a, b, topic, work, tag), target, launched
     target = f"{tag}-out"
     e2e._create(b, target)
     launched = time.time()
@@ -147,6 +153,13 @@ def order(kinds: list[str], rnd: int) -> list[str]:
 
 RATIO_KEYS = {"msg_s": "throughput", "records_per_cpu_s": "records per CPU second", "cpu_us": "CPU per record",
               "rss_mb": "peak RSS", "first_s": "first record", "p50_ms": "p50 latency", "p99_ms": "p99 latency"}
+FAN_KEYS = {"p50_ms": "p50", "p99_ms": "p99", "topic_p99_median_ms": "per-topic p99 median",
+            "topic_p99_max_ms": "worst topic p99", "cores": "CPU cores", "rss_mb": "peak RSS",
+            "all_flowing_s": "every topic flowing"}
+
+
+def _fmt(v, f: str) -> str:
+    return "-" if v is None else format(v, f)
 
 
 def summary(thr: list[dict], lat: list[dict], tasks: list[int], raw: bool) -> dict:
@@ -161,19 +174,33 @@ def summary(thr: list[dict], lat: list[dict], tasks: list[int], raw: bool) -> di
     ratios = {f"{top} / {bottom}": {key: ratio_of(rounds, top, bottom, key)
                                     for rounds, keys in ((thr, keys_t), (lat, keys_l)) for key in keys}
               for top, bottom in pairs}
-    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     print()
     print(f"medians of {max(len(thr), len(lat))} round(s)")
     print(f"{'contender':<12}{'msg/s':>11}{'rec/CPU s':>11}{'CPU us/rec':>11}{'peak RSS MiB':>13}"
           f"{'first rec s':>12}{'p50 ms':>8}{'p99 ms':>8}")
     for k, m in medians.items():
-        print(f"{k:<12}{fmt(m['msg_s'], ',.0f'):>11}{fmt(m['records_per_cpu_s'], ',.0f'):>11}"
-              f"{fmt(m['cpu_us'], '.2f'):>11}{fmt(m['rss_mb'], '.0f'):>13}{fmt(m['first_s'], '.1f'):>12}"
-              f"{fmt(m['p50_ms'], '.0f'):>8}{fmt(m['p99_ms'], '.0f'):>8}")
+        print(f"{k:<12}{_fmt(m['msg_s'], ',.0f'):>11}{_fmt(m['records_per_cpu_s'], ',.0f'):>11}"
+              f"{_fmt(m['cpu_us'], '.2f'):>11}{_fmt(m['rss_mb'], '.0f'):>13}{_fmt(m['first_s'], '.1f'):>12}"
+              f"{_fmt(m['p50_ms'], '.0f'):>8}{_fmt(m['p99_ms'], '.0f'):>8}")
     print()
     print("ratios, median of per-round ratios: " + ", ".join(RATIO_KEYS.values()))
     for label, r in ratios.items():
-        print(f"{label:<22}" + "  ".join(f"{RATIO_KEYS[key]} {fmt(v, '.2f')}" for key, v in r.items()))
+        print(f"{label:<22}" + "  ".join(f"{RATIO_KEYS[key]} {_fmt(v, '.2f')}" for key, v in r.items()))
+    return {"median": medians, "ratios": ratios}
+
+
+def fan_summary(fan: list[dict], task: int, raw: bool) -> dict:
+    kinds = (["raw"] if raw else []) + [f"mm2-{task}", f"connect-{task}"]
+    medians = {k: {key: median_of(fan, k, key) for key in FAN_KEYS} for k in kinds}
+    pairs = [(f"connect-{task}", f"mm2-{task}")] + ([(f"connect-{task}", "raw")] if raw else [])
+    ratios = {f"{top} / {bottom}": {key: ratio_of(fan, top, bottom, key) for key in FAN_KEYS} for top, bottom in pairs}
+    print()
+    print(f"many topics, medians of {len(fan)} round(s)")
+    print(f"{'contender':<12}" + "".join(f"{label:>22}" for label in FAN_KEYS.values()))
+    for k, m in medians.items():
+        print(f"{k:<12}" + "".join(f"{_fmt(m[key], '.2f' if key == 'cores' else '.0f'):>22}" for key in FAN_KEYS))
+    for label, r in ratios.items():
+        print(f"{label:<22}" + "  ".join(f"{FAN_KEYS[key]} {_fmt(v, '.2f')}" for key, v in r.items()))
     return {"median": medians, "ratios": ratios}
 
 
@@ -184,8 +211,13 @@ def main() -> None:
     ap.add_argument("--tasks", default="1,2", help="MM2 tasks.max / our task pairs, of 1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rate", type=int, default=20_000, help="msg/s of the latency rounds")
-    ap.add_argument("--seconds", type=int, default=25, help="length of a latency run")
-    ap.add_argument("--only", choices=["throughput", "latency"])
+    ap.add_argument("--seconds", type=int, default=25, help="length of a latency or many-topics run")
+    ap.add_argument("--topics", type=int, default=200, help="topics of the many-topics rounds")
+    ap.add_argument("--topic-rate", type=float, default=50, help="msg/s per topic of the many-topics rounds")
+    ap.add_argument("--only", choices=["throughput", "latency", "topics"])
+    ap.add_argument("--exactly-once", action="store_true",
+                    help="both with exactly-once: MM2 B.exactly.once.source.support=enabled, ours "
+                         "exactly.once.support=required (the watchers always read read_committed)")
     ap.add_argument("--no-raw", action="store_true", help="leave out the raw confluent-kafka loop")
     ap.add_argument("--clusters", metavar="A,B", help="bootstrap servers of two running clusters (default: start two)")
     ap.add_argument("--json", metavar="PATH", help="write parameters, every round and the summary as JSON")
@@ -198,15 +230,23 @@ def main() -> None:
         tasks = []
     if not tasks or set(tasks) - set(TASKS):
         ap.error(f"--tasks: a comma-separated list of {', '.join(map(str, TASKS))}, not {args.tasks!r}")
+    if args.topics < 1 or args.topic_rate <= 0:
+        ap.error("--topics must be at least 1 and --topic-rate above 0")
     for opt, kvs in (("--mm2-set", args.mm2_set), ("--set", args.set)):
         if bad := [kv for kv in kvs if "=" not in kv]:
             ap.error(f"{opt}: KEY=VALUE, not {bad[0]!r}")
+    if args.exactly_once:
+        MM2_EXTRA["B.exactly.once.source.support"] = "enabled"
+        e2e.EXTRA["exactly.once.support"] = "required"
     MM2_EXTRA.update(kv.split("=", 1) for kv in args.mm2_set)
     e2e.EXTRA.update(kv.split("=", 1) for kv in args.set)
     records = args.records - args.records % e2e.PARTITIONS
     kinds = (["raw"] if not args.no_raw else []) + [f"{s}-{t}" for t in tasks for s in ("mm2", "connect")]
+    one = [k for k in kinds if k in ("raw", f"mm2-{tasks[0]}", f"connect-{tasks[0]}")]
     thr: list[dict] = []
     lat: list[dict] = []
+    fan: list[dict] = []
+    wants = {args.only} if args.only else {"throughput", "latency", "topics"}
     with ExitStack() as stack:
         if args.clusters:
             a, b = args.clusters.split(",")
@@ -216,30 +256,41 @@ def main() -> None:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         run = f"m{int(time.time()) % 100000}"  # topic and alias prefix: runs on the same clusters never meet
         backlog = f"{run}-backlog"
-        if args.only != "latency":
+        if "throughput" in wants:
             print(f"producing the backlog: {records:,} records of {args.size} B, {e2e.PARTITIONS} partitions...",
                   flush=True)
             e2e._create(a, backlog)
             e2e.produce(a, backlog, records, 0, args.size)
+        mm2_launch = lambda kind, tag, regex: start_mm2(kind, a, b, regex, work, tag)  # noqa: E731
         for rnd in range(args.rounds):
-            if args.only != "latency":
+            if "throughput" in wants:
                 print(f"round {rnd + 1}: throughput, {records:,} records", flush=True)
                 thr.append({k: throughput_run(k, a, b, backlog, records, work, f"{run}r{rnd}t{k.replace('-', '')}")
                             for k in order(kinds, rnd)})
-            if args.only != "throughput":
+            if "latency" in wants:
                 print(f"round {rnd + 1}: latency at {args.rate:,} msg/s for {args.seconds} s", flush=True)
                 lat.append({k: latency_run(k, a, b, args.rate, args.seconds, args.size, work,
                                            f"{run}r{rnd}l{k.replace('-', '')}")
-                            for k in order([k for k in kinds if k in ("raw", "mm2-1", "connect-1")], rnd)})
-        if args.clusters and args.only != "latency":
+                            for k in order(one, rnd)})
+            if "topics" in wants:
+                print(f"round {rnd + 1}: {args.topics} topics at {args.topic_rate:g} msg/s each for {args.seconds} s",
+                      flush=True)
+                fan.append({k: mm2_topics.topics_run(k, a, b, args.topics, args.topic_rate, args.seconds, args.size,
+                                                     work, f"{run}r{rnd}f{k.replace('-', '')}", mm2_launch)
+                            for k in order(one, rnd)})
+        if args.clusters and "throughput" in wants:
             _delete(a, backlog)
-    result = summary(thr, lat, tasks, not args.no_raw)
+    result = summary(thr, lat, tasks, not args.no_raw) if thr or lat else {}
+    if fan:
+        result["topics"] = fan_summary(fan, tasks[0], not args.no_raw)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "params": {"records": records, "size": args.size, "tasks": tasks, "rounds": args.rounds,
-                       "rate": args.rate, "seconds": args.seconds, "mm2": {**MM2_PLAIN, **MM2_EXTRA},
-                       "connector": e2e.EXTRA, "mm2_jvm": [f"-Xmx{SHIPPED_HEAP}", *SHIPPED_JVM_FLAGS]},
-            "throughput": thr, "latency": lat, **result}, indent=1))
+                       "rate": args.rate, "seconds": args.seconds, "topics": args.topics,
+                       "topic_rate": args.topic_rate, "exactly_once": args.exactly_once,
+                       "mm2": {**MM2_PLAIN, **MM2_EXTRA}, "connector": e2e.EXTRA,
+                       "mm2_jvm": [f"-Xmx{SHIPPED_HEAP}", *SHIPPED_JVM_FLAGS]},
+            "throughput": thr, "latency": lat, "topics": fan, **result}, indent=1))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ figures and ratios are checked on made-up rounds in tests/unit/test_bench_mm2.py
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -51,3 +52,21 @@ def test_the_mm2_bench_measures_both_contenders_and_the_floor(apache_kafka_pair,
         assert all(math.isfinite(ratios[key]) and ratios[key] > 0 for key in THROUGHPUT), (label, ratios)
         line = next((x for x in done.stdout.splitlines() if x.startswith(label)), "")
         assert "throughput " in line and "peak RSS " in line and "throughput -" not in line, done.stdout
+
+
+def test_the_many_topics_round_measures_our_mirror_and_the_floor(apache_kafka_pair, tmp_path, unique):
+    """The many-topics measure (``--only topics``) of our mirror and the raw loop, in this process, on 12
+    topics at 25 msg/s for 6 s (MM2's side is the same code path with its launcher: the smoke test above
+    starts MM2 once already). Every record of every topic must arrive (the round fails otherwise), and
+    every figure must be a measurement: latency per topic, cores, the tree's memory."""
+    from bench_modules import bench_module_with_e2e
+
+    topics = bench_module_with_e2e("mm2").mm2_topics
+    a, b = apache_kafka_pair
+    tag = "fan" + hashlib.sha1(unique.encode()).hexdigest()[:8]  # MM2-style aliases: short, alphanumeric
+    for kind in ("connect-1", "raw"):
+        out = topics.topics_run(kind, a.bootstrap, b.bootstrap, 12, 25, 6, 100, tmp_path, f"{tag}{kind[:3]}", None)
+        assert 0 < out["p50_ms"] <= out["p99_ms"] <= out["topic_p99_max_ms"], (kind, out)
+        assert out["topic_p99_median_ms"] <= out["topic_p99_max_ms"], (kind, out)
+        assert out["cores"] > 0 and out["cpu_us"] > 0 and out["rss_mb"] > 20, (kind, out)
+        assert 0 < out["all_flowing_s"] < 240, (kind, out)

@@ -50,3 +50,30 @@ def test_who_goes_first_in_a_pair_alternates_every_round():
     kinds = ["raw", "mm2-1", "connect-1", "mm2-2", "connect-2"]
     assert order(kinds, 0) == kinds
     assert order(kinds, 1) == ["connect-1", "mm2-1", "connect-2", "mm2-2", "raw"]
+
+
+def _fan(p99: float, cores: float, rss: float) -> dict[str, float]:
+    return {"p50_ms": p99 / 2, "p99_ms": p99, "topic_p99_median_ms": p99, "topic_p99_max_ms": p99 * 2,
+            "cores": cores, "rss_mb": rss, "all_flowing_s": 10}
+
+
+def test_many_topics_medians_and_ratios(capsys):
+    fan = [{"raw": _fan(100, 0.1, 50), "mm2-1": _fan(200, 0.6, 1200), "connect-1": _fan(100, 0.2, 400)},
+           {"raw": _fan(100, 0.1, 50), "mm2-1": _fan(400, 0.4, 1000), "connect-1": _fan(100, 0.2, 500)}]
+    result = _mm2().fan_summary(fan, 1, raw=True)
+    assert result["median"]["mm2-1"]["p99_ms"] == 300 and result["median"]["connect-1"]["rss_mb"] == 450
+    ours = result["ratios"]["connect-1 / mm2-1"]
+    assert ours["p99_ms"] == pytest.approx((0.5 + 0.25) / 2) and ours["rss_mb"] == pytest.approx((1 / 3 + 0.5) / 2)
+    assert result["ratios"]["connect-1 / raw"]["cores"] == pytest.approx(2)
+    printed = capsys.readouterr().out
+    assert "connect-1 / mm2-1     p50 0.38  p99 0.38" in printed and "peak RSS 0.42" in printed, printed
+
+
+def test_many_topics_regex_covers_exactly_the_rounds_topics():
+    import re
+
+    topics = _mm2().mm2_topics
+    names, regex = topics.names("m1r0fconnect1", 200)
+    assert len(set(names)) == 200 and all(re.fullmatch(regex, n) for n in names)
+    assert not re.fullmatch(regex, "m1r0fconnect1-f001-out") and not re.fullmatch(regex, "m1r0fmm21-f001")
+    assert topics.target_of("m1r0fmm21", names[0]) == "m1r0fmm21.m1r0fconnect1-f000"

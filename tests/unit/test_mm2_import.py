@@ -211,6 +211,8 @@ B->A.sync.topic.acls.enabled = false
 config.properties.exclude = retention\\..*, segment\\.bytes
 A->C.topics = never-used
 exactly.once.source.support = enabled
+B.exactly.once.source.support = disabled
+transaction.boundary = poll
 """
 
 
@@ -225,6 +227,8 @@ def test_every_key_lands_where_it_belongs():
     assert ab["source.topics.exclude"] == "(?:.*-tmp)"
     assert (ab["replication.policy"], ab["replication.policy.separator"]) == ("prefix", "_")
     assert (ab["tasks.max"], ba["tasks.max"]) == ("4", "2")
+    # exactly.once.source.support is the writing worker's: B's own (disabled) over the top-level (enabled)
+    assert "exactly.once.support" not in ab and ba["exactly.once.support"] == "required"
     assert ab["offset.syncs.max.lag"] == "500"
     assert ab["source.refresh.topics.interval.ms"] == "20000"
     assert ab["sink.topic.creation.replication.factor"] == "3"
@@ -256,12 +260,12 @@ def test_every_key_lands_where_it_belongs():
     assert got["mm2-A-heartbeat"]["source.interval.ms"] == "5000"
     assert "mm2-B-A-metadata" not in got  # configs and ACLs both off for B->A
     skipped = {s.key: s.reason for s in result.skipped}
-    assert set(skipped) == {"A.consumer.key.deserializer", "A->C.topics", "exactly.once.source.support",
+    assert set(skipped) == {"A.consumer.key.deserializer", "A->C.topics", "transaction.boundary",
                             "C.bootstrap.servers"}
     assert "cluster C takes part in no connector" in skipped["C.bootstrap.servers"]
     assert "librdkafka refuses it" in skipped["A.consumer.key.deserializer"]
     assert "not enabled" in skipped["A->C.topics"]
-    assert "exactly-once" in skipped["exactly.once.source.support"]
+    assert "one transaction" in skipped["transaction.boundary"]
     assert result.secrets == {"MM2_A_SASL_PASSWORD": "A.sasl.jaas.config (its password)",
                               "MM2_A_SSL_KEYSTORE_PASSWORD": "A.ssl.keystore.password"}
     text = json.dumps(result.to_json())
@@ -294,6 +298,7 @@ def test_identity_policy_keeps_names():
     ("A->X.enabled = true", "A->X.enabled", "not in 'clusters'"),
     ("topics = (?<=x)orders", "topics", "lookbehind"),
     ("replication.policy.class = com.example.MyPolicy", "replication.policy.class", "custom policy"),
+    ("B.exactly.once.source.support = yes", "B.exactly.once.source.support", "enabled, preparing or disabled"),
 ])
 def test_bad_values_name_the_key_and_line(line, key, problem):
     text = "clusters=A,B\nA.bootstrap.servers=a:1\nB.bootstrap.servers=b:1\nA->B.enabled=true\n" + line + "\n"

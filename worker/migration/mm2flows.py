@@ -82,6 +82,19 @@ def _seconds_ms(reader: Reader, s: str, t: str, key: str) -> int | None:
     return None if seconds is None else seconds * 1000
 
 
+def _exactly_once(reader: Reader, t: str) -> bool:
+    """MM2's ``exactly.once.source.support`` of the worker writing to ``t`` (``T.<key>`` over the top-level
+    key): ``enabled`` -> a mirror into ``t`` is exactly once (one transaction per epoch with its offsets);
+    ``preparing`` (MM2's upgrade step) and ``disabled`` run at least once, as here by default."""
+    found = reader.raw(f"{t}.exactly.once.source.support") or reader.raw("exactly.once.source.support")
+    if found is None:
+        return False
+    key, value = found
+    if value.lower() not in ("enabled", "preparing", "disabled"):
+        reader.bad(key, f"must be enabled, preparing or disabled, not {value!r}")
+    return value.lower() == "enabled"
+
+
 def _mirror(reader: Reader, clients: _Clients, s: str, t: str, policy: dict[str, str], syncs: str | None,
             name: str, take_over: bool) -> dict[str, Any]:
     topics, exclude = _topics(reader, s, t, policy)
@@ -104,6 +117,8 @@ def _mirror(reader: Reader, clients: _Clients, s: str, t: str, policy: dict[str,
         config["sink.topic.creation.replication.factor"] = str(factor)
     if (tasks := reader.number(s, t, "tasks.max", minimum=1)) is not None:
         config["tasks.max"] = str(tasks)
+    if _exactly_once(reader, t):
+        config["exactly.once.support"] = "required"
     if syncs:
         config["offset.syncs.topic"] = syncs
         if (lag := reader.number(s, t, "offset.lag.max", minimum=1)) is not None:
