@@ -274,3 +274,24 @@ def test_resender_a_full_client_alone_is_due_at_once_and_a_long_outage_ends_the_
     assert resender.backoff_left() == 0.0 and not resender._retry.failing(DELIVERY)
     with pytest.raises(RetriesExhaustedError):  # errors.retry.timeout=0: the first real failure ends them
         resender.failed([(_rec(P0, 2), RetriableError("broker down"))])
+
+
+def test_failures_of_a_generation_completing_in_a_later_epoch_count_in_no_epoch_below_zero_or_twice():
+    """A 30,000-record backlog once counted 34,976 acknowledged in one epoch: the failures were taken
+    off the epoch that saw them reported (below zero there) while their generation completed, with
+    its whole size, in the next."""
+    acct, cps, committed = CommitAccounting(), _Checkpoints(), {}
+    first, second = EpochStats(), EpochStats()
+    records = [_rec(P0, i) for i in range(10)]
+    _put(acct, *records)
+    acct.close(cps)  # generation 0: 10 records, not complete at the end of the first epoch
+    acct.unacknowledged(4, first)  # 4 of them reported failed (timed out) in the first epoch
+    acct.acknowledge(acct.checkpointed(), first)
+    assert first.acknowledged == 0
+    acct.resent(records[:4])  # generation 1
+    cps.done[0] = True  # the second epoch: generation 0 has every outcome
+    _commit_point(acct, cps, committed, second)
+    assert second.acknowledged == 6
+    cps.done[1] = True
+    _commit_point(acct, cps, committed, second)
+    assert second.acknowledged == second.committed == 10 and acct.discount == 0
