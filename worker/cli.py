@@ -17,7 +17,6 @@ from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import allow_plugin_classes, list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
-from worker.api import restcli_gaps  # noqa: F401 - registers `connect connectors gaps` and `acknowledge-gaps`
 from worker.api.restcli import app as connectors_app
 from worker.devbrokers import app as dev_app
 from worker.migration.mm2cli import app as mm2_app
