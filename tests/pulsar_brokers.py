@@ -38,7 +38,7 @@ def needs_apache_pulsar(broker) -> None:
 def register(on: ApachePulsar, *others: ApachePulsar) -> None:
     """Make ``on`` know each of ``others`` by cluster name, through the admin API (what a tenant
     allowed on several clusters and geo-replication need)."""
-    from connectors.pulsar.metadata import PulsarAdmin
+    from connectors.pulsar.metadata.admin import PulsarAdmin
 
     with PulsarAdmin(on.admin_url) as admin:
         for other in others:

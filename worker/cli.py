@@ -17,7 +17,6 @@ from connect.errors import ConfigError, ConnectError, PluginError
 from connect.plugins import allow_plugin_classes, list_plugins, resolve_connector
 from connect.secrets import Redactor, install_log_redaction
 from connect.transforms.registry import list_transform_plugins, resolve_plugin
-from worker.api import restcli_gaps  # noqa: F401 - registers `connect connectors gaps` and `acknowledge-gaps`
 from worker.api.restcli import app as connectors_app
 from worker.devbrokers import app as dev_app
 from worker.migration.mm2cli import app as mm2_app
@@ -103,6 +102,42 @@ def _parse_spark_conf(items: List[str]) -> dict[str, str]:
     return conf
 
 
+def _load_to_run(configs: List[Path], policy: ClientConfigPolicy, plugin_classes: str) -> tuple[list[PipelineConfig], Redactor]:
+    """The pipelines of ``configs`` and a Redactor of their secret values, installed on every log
+    line; exit 2 after printing every error when a file is bad."""
+    pipelines, errors = _load_all(configs, policy, plugin_classes)
+    if errors:
+        for exc in errors:
+            typer.echo(str(exc), err=True)
+        raise typer.Exit(2)
+    redactor = Redactor()
+    for pipeline in pipelines:
+        redactor.add(pipeline.secret_values())
+    install_log_redaction(redactor)
+    return pipelines, redactor
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event the first SIGINT or SIGTERM sets (the driver finishes the epoch, flushes and
+    commits); a second one exits at once, the running epoch to be replayed.
+
+    Signals are handled from the start: a SIGTERM while Spark starts is honoured too (the driver
+    loop sees the event before its first epoch). Spark's JVM runs in its own session, so a SIGTERM
+    to the whole process group reaches only this process."""
+    stop = threading.Event()
+
+    def request_stop(signum, _frame):
+        if stop.is_set():  # a second signal: stop now, the running epoch will be replayed
+            typer.echo(f"received {signal.Signals(signum).name} again: exiting without committing", err=True)
+            os._exit(130)
+        typer.echo(f"received {signal.Signals(signum).name}: finishing the epoch, flushing and committing", err=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    return stop
+
+
 @app.command()
 def run(
     configs: List[Path] = typer.Argument(..., help="Connector JSON files ({\"name\":..., \"config\":{...}})."),
@@ -125,16 +160,8 @@ def run(
 
     Secret config values of every pipeline are masked in log lines, progress traces and errors."""
     _log_to_stderr(quiet)
-    pipelines, errors = _load_all(configs, _client_policy(client_config_policy, client_allowed_paths,
-                                                          client_allowed_keys), plugin_classes)
-    if errors:
-        for exc in errors:
-            typer.echo(str(exc), err=True)
-        raise typer.Exit(2)
-    redactor = Redactor()
-    for pipeline in pipelines:
-        redactor.add(pipeline.secret_values())
-    install_log_redaction(redactor)
+    pipelines, redactor = _load_to_run(configs, _client_policy(client_config_policy, client_allowed_paths,
+                                                               client_allowed_keys), plugin_classes)
     conf = _parse_spark_conf(spark_conf)
     if pair_hosting not in ("shared", "job"):
         raise typer.BadParameter(f"{pair_hosting!r} is not one of shared, job", param_hint="--pair-hosting")
@@ -149,20 +176,7 @@ def run(
     except DataDirLocked as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    stop = threading.Event()
-
-    def request_stop(signum, _frame):
-        if stop.is_set():  # a second signal: stop now, the running epoch will be replayed
-            typer.echo(f"received {signal.Signals(signum).name} again: exiting without committing", err=True)
-            os._exit(130)
-        typer.echo(f"received {signal.Signals(signum).name}: finishing the epoch, flushing and committing", err=True)
-        stop.set()
-
-    # Signals are handled from the start: a SIGTERM while Spark starts is honoured too (the
-    # driver loop sees ``stop`` before its first epoch). Spark's JVM runs in its own session,
-    # so a SIGTERM to the whole process group reaches only this process.
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    stop = _stop_on_signals()
     total_pairs = sum(p.settings.tasks_max for p in pipelines)
     master = master or default_master(total_pairs)
     typer.echo(f"starting Spark ({master}) for {len(pipelines)} connector(s)", err=True)

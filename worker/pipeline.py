@@ -33,13 +33,14 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
+from connect.builtin_providers import EnvVarConfigProvider
 from connect.clientpolicy import DEFAULT_POLICY, ClientConfigPolicy
 from connect.config import ConfigDef, Importance, Type, non_empty, one_of
 from connect.connector import SinkConnector, SourceConnector
 from connect.converters import CONVERTERS
 from connect.errors import ConfigError, ConfigIssue, PluginError
 from connect.plugins import resolve_connector
-from connect.providers import ConfigProviders, EnvVarConfigProvider, UnresolvedReferences, parse_references
+from connect.providers import ConfigProviders, UnresolvedReferences, parse_references
 from connect.secrets import MASK, Redactor, is_secret_name
 from connect.sink.side import side_output_config, side_output_issues, writes_side_outputs
 from connect.tasks.exactlyonce import config_issues

@@ -54,7 +54,7 @@ from kafka_util import create_topic, produce
 from readme_util import FIRST_MIRROR, OPENING, REPLICATORS, ROOT, RUNNING, SHELL_SECTIONS, WORKER, argv_variants, shell_blocks
 from service_util import Arrivals, wait_for
 
-from worker.api.restcli import DEFAULT_URL
+from worker.api.restcli_client import DEFAULT_URL
 from worker.embedded import EmbeddedKafka, EmbeddedPulsar, free_port
 
 pytestmark = pytest.mark.timeout(300)

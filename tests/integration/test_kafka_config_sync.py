@@ -40,7 +40,7 @@ from pipeline_util import make_driver, pair_pipeline
 
 import connect.plugins
 from connect.source import OffsetStorageReader, SourceTaskContext
-from connectors.kafka.metadata import KafkaMetadataSourceTask
+from connectors.kafka.metadata.watcher import KafkaMetadataSourceTask
 
 pytestmark = pytest.mark.timeout(120)
 

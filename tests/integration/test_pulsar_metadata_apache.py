@@ -11,7 +11,9 @@ from pulsar_brokers import register
 
 from connect.records import make_record
 from connect.sink import SinkTaskContext
-from connectors.pulsar.metadata import NAMESPACE_FIELDS, PulsarAdmin, PulsarMetadataSinkTask, namespace_data
+from connectors.pulsar.metadata.admin import PulsarAdmin
+from connectors.pulsar.metadata.applier import PulsarMetadataSinkTask
+from connectors.pulsar.metadata.stamps import NAMESPACE_FIELDS, namespace_data
 from connectors.replicator.metadata import MetadataChangeEvent
 
 pytestmark = pytest.mark.timeout(600)

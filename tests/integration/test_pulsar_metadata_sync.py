@@ -30,7 +30,8 @@ from pipeline_util import make_driver, pair_pipeline
 from pulsar_brokers import register
 
 from connect.plugins import register_plugin
-from connectors.pulsar.metadata import PENDING, PulsarAdmin, stamp_of
+from connectors.pulsar.metadata.admin import PulsarAdmin
+from connectors.pulsar.metadata.stamps import PENDING, stamp_of
 from worker.embedded import ApachePulsar
 
 pytestmark = pytest.mark.timeout(900)

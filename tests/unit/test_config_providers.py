@@ -9,20 +9,17 @@ from importlib import metadata
 
 import pytest
 
+from connect.builtin_providers import DirectoryConfigProvider, EnvVarConfigProvider, FileConfigProvider
+from connect.config_provider import ConfigDataError, ConfigProvider
 from connect.errors import ConfigError
+from connect.properties import parse_properties
 from connect.providers import (
     ENTRY_POINT_GROUP,
-    ConfigDataError,
-    ConfigProvider,
     ConfigProviders,
-    DirectoryConfigProvider,
-    EnvVarConfigProvider,
-    FileConfigProvider,
     UnresolvedReferences,
     discover_config_providers,
     load_provider_class,
     mask_config,
-    parse_properties,
     parse_references,
     references,
 )
@@ -450,7 +447,7 @@ def test_provider_name_must_be_valid():
 
 
 def test_an_address_from_the_environment_is_shown_other_provider_values_stay_secret(tmp_path):
-    from connect.providers import FileConfigProvider, secret_provider_values
+    from connect.providers import secret_provider_values
 
     secrets = tmp_path / "s.properties"
     secrets.write_text("pw=hunter2-pw\nhost=file-host:9092\n")

@@ -14,6 +14,10 @@ from connect.errors import ConfigError, ConnectError, RetriableError
 from connect.records import make_record
 from connect.sink import SinkTaskContext
 from connectors.kafka import metadata as km
+from connectors.kafka.metadata import acls as kacls
+from connectors.kafka.metadata import applier as kapplier
+from connectors.kafka.metadata import config as kcfg
+from connectors.kafka.metadata import topics as ktopics
 from connectors.replicator.metadata import MetadataChangeEvent
 from worker.embedded import free_port
 
@@ -30,7 +34,7 @@ def entry(name, value, source=ConfigSource.DYNAMIC_TOPIC_CONFIG, **flags):
                                   "unclean.leader.election.enable", "min.insync.replicas"])
 def test_default_exclude_is_mm2s_list(name):
     entries = [entry(name, "1"), entry("retention.ms", "1000")]
-    assert km.topic_configs(entries, km.DEFAULT_CONFIGS_EXCLUDE) == {"retention.ms": "1000"}
+    assert ktopics.topic_configs(entries, kcfg.DEFAULT_CONFIGS_EXCLUDE) == {"retention.ms": "1000"}
 
 
 def test_only_non_default_writable_topic_configs_are_copied():
@@ -43,11 +47,11 @@ def test_only_non_default_writable_topic_configs_are_copied():
         entry("some.secret", "s3cr3t", is_sensitive=True),
         entry("min.insync.replicas", "2"),
     ]}
-    assert km.topic_configs(entries, km.DEFAULT_CONFIGS_EXCLUDE) == {"cleanup.policy": "compact", "retention.ms": "1000"}
+    assert ktopics.topic_configs(entries, kcfg.DEFAULT_CONFIGS_EXCLUDE) == {"cleanup.policy": "compact", "retention.ms": "1000"}
     # use.defaults.from=source: defaults too; still never static, read-only, sensitive or excluded ones
-    assert km.topic_configs(entries, km.DEFAULT_CONFIGS_EXCLUDE, source_defaults=True) == {
+    assert ktopics.topic_configs(entries, kcfg.DEFAULT_CONFIGS_EXCLUDE, source_defaults=True) == {
         "cleanup.policy": "compact", "retention.ms": "1000", "segment.bytes": "1073741824"}
-    assert km.topic_configs(entries, "") == {"cleanup.policy": "compact", "min.insync.replicas": "2", "retention.ms": "1000"}
+    assert ktopics.topic_configs(entries, "") == {"cleanup.policy": "compact", "min.insync.replicas": "2", "retention.ms": "1000"}
 
 
 def test_config_ops_set_what_differs_and_delete_overrides_the_source_no_longer_has():
@@ -60,18 +64,18 @@ def test_config_ops_set_what_differs_and_delete_overrides_the_source_no_longer_h
     ]}
     wanted = {"retention.ms": "1000", "cleanup.policy": "compact", "max.message.bytes": "2000",
               "message.timestamp.type": "LogAppendTime"}  # excluded: never set
-    assert km.config_ops(wanted, current, km.DEFAULT_CONFIGS_EXCLUDE) == {
+    assert ktopics.config_ops(wanted, current, kcfg.DEFAULT_CONFIGS_EXCLUDE) == {
         "max.message.bytes": "2000", "retention.ms": "1000", "segment.ms": None}
-    assert km.config_ops({"retention.ms": "5"}, {"retention.ms": entry("retention.ms", "5")}, "") == {}
+    assert ktopics.config_ops({"retention.ms": "5"}, {"retention.ms": entry("retention.ms", "5")}, "") == {}
 
 
 def test_described_entries_hold_the_config_source_as_an_int():
     """confluent-kafka's describe_configs results hold ``source`` as the wire's int, not the enum."""
     held = {"retention.ms": ConfigEntry("retention.ms", "5", source=ConfigSource.DYNAMIC_TOPIC_CONFIG.value)}
-    assert km.config_ops({}, held, "") == {"retention.ms": None}  # an override the source no longer has
+    assert ktopics.config_ops({}, held, "") == {"retention.ms": None}  # an override the source no longer has
     static = [ConfigEntry("retention.ms", "-1", source=ConfigSource.STATIC_BROKER_CONFIG.value),
               ConfigEntry("segment.ms", "9", source=ConfigSource.DEFAULT_CONFIG.value)]
-    assert km.topic_configs(static, "", source_defaults=True) == {"segment.ms": "9"}  # a broker's setting is not copied
+    assert ktopics.topic_configs(static, "", source_defaults=True) == {"segment.ms": "9"}  # a broker's setting is not copied
 
 
 # -- ACLs ----------------------------------------------------------------------------------------------------------
@@ -87,7 +91,7 @@ def acl(operation="READ", permission="ALLOW", **extra):
     ("ALTER_CONFIGS", "ALTER_CONFIGS"), ("WRITE", None), ("read", "READ"),
 ])
 def test_allow_acls_mm2_rules(operation, expected):
-    assert km.target_acl(acl(operation)).operation == expected
+    assert kacls.target_acl(acl(operation)).operation == expected
 
 
 def test_deny_acls_are_copied_as_they_are():  # MM2: a denial is never dropped (access would widen)
@@ -95,12 +99,12 @@ def test_deny_acls_are_copied_as_they_are():  # MM2: a denial is never dropped (
 
     for operation in ("READ", "ALL", "WRITE"):
         data = acl(operation, "DENY")
-        decision = km.target_acl(data)
+        decision = kacls.target_acl(data)
         assert decision.operation == operation
-        binding = km.acl_binding(data, decision.operation, "orders-copy")
+        binding = kacls.acl_binding(data, decision.operation, "orders-copy")
         assert binding.permission_type == AclPermissionType.DENY and binding.operation == AclOperation[operation]
         assert binding.name == "orders-copy"
-    binding = km.acl_binding(acl("ALL"), km.target_acl(acl("ALL")).operation, "t")
+    binding = kacls.acl_binding(acl("ALL"), kacls.target_acl(acl("ALL")).operation, "t")
     assert binding.permission_type == AclPermissionType.ALLOW and binding.operation == AclOperation.READ
 
 
@@ -109,18 +113,18 @@ def test_prefixed_acls_are_copied_as_prefixed():
 
     for data, operation in ((acl("READ", patternType="PREFIXED"), "READ"),
                             (acl("WRITE", "DENY", patternType="PREFIXED"), "WRITE")):
-        decision = km.target_acl(data)
+        decision = kacls.target_acl(data)
         assert decision.operation == operation
-        binding = km.acl_binding(data, decision.operation, "ord")
+        binding = kacls.acl_binding(data, decision.operation, "ord")
         assert binding.resource_pattern_type == ResourcePatternType.PREFIXED and binding.name == "ord"
-    assert km.target_acl(acl("WRITE", patternType="PREFIXED")).operation is None  # ALLOW WRITE: the same rule
+    assert kacls.target_acl(acl("WRITE", patternType="PREFIXED")).operation is None  # ALLOW WRITE: the same rule
     literal = acl()
-    assert km.acl_id(literal) != km.acl_id({**literal, "patternType": "PREFIXED"})  # two bindings, two resources
+    assert kacls.acl_id(literal) != kacls.acl_id({**literal, "patternType": "PREFIXED"})  # two bindings, two resources
 
 
 @pytest.mark.parametrize("data, reason", [(acl(patternType="MATCH"), "MATCH"), (acl("WRITE"), "WRITE")])
 def test_acls_not_copied_say_why(data, reason):
-    decision = km.target_acl(data)
+    decision = kacls.target_acl(data)
     assert decision.operation is None and reason in decision.reason
 
 
@@ -130,23 +134,23 @@ def test_acls_not_copied_say_why(data, reason):
 ])
 def test_bad_acl_data_names_the_path(data, path):
     with pytest.raises(ValueError, match=path.replace("$", r"\$")):
-        km.target_acl(data)
+        kacls.target_acl(data)
 
 
 def test_acl_event_data_and_stable_id():
     binding = AclBinding("TOPIC", "orders", "LITERAL", "User:alice", "*", "READ", "ALLOW")
-    data = km.acl_data(binding)
+    data = kacls.acl_data(binding)
     assert data == acl()
-    assert km.acl_id(data) == km.acl_id(dict(data)) and km.acl_id(data).startswith("orders/")
-    others = {km.acl_id({**data, field: value}) for field, value in
+    assert kacls.acl_id(data) == kacls.acl_id(dict(data)) and kacls.acl_id(data).startswith("orders/")
+    others = {kacls.acl_id({**data, field: value}) for field, value in
               [("principal", "User:bob"), ("host", "10.0.0.1"), ("operation", "DESCRIBE"), ("permission", "DENY")]}
-    assert len(others) == 4 and km.acl_id(data) not in others
+    assert len(others) == 4 and kacls.acl_id(data) not in others
 
 
 def test_topic_names_from_other_brokers():
-    assert km.local_topic_name("persistent://tenant/ns/orders") == "orders"
-    assert km.local_topic_name("tenant/ns/orders") == "orders"
-    assert km.local_topic_name("orders.v1") == "orders.v1"
+    assert ktopics.local_topic_name("persistent://tenant/ns/orders") == "orders"
+    assert ktopics.local_topic_name("tenant/ns/orders") == "orders"
+    assert ktopics.local_topic_name("orders.v1") == "orders.v1"
 
 
 # -- config validation ---------------------------------------------------------------------------------------------
@@ -157,7 +161,7 @@ def test_source_needs_a_topic_selection_and_a_cluster_name():
     assert {i.key for i in issues} == {"cluster.name", "topics"}
     assert not km.KafkaMetadataSourceConnector.validate({"bootstrap.servers": "x:1", "cluster.name": "A",
                                                          "topics.regex": "orders.*"})
-    cfg = km.SOURCE_CONFIG.parse({"bootstrap.servers": "x:1", "cluster.name": "A", "topics": "a,b"})
+    cfg = kcfg.SOURCE_CONFIG.parse({"bootstrap.servers": "x:1", "cluster.name": "A", "topics": "a,b"})
     assert (cfg["topic"], cfg["poll.interval.ms"], cfg["snapshot.interval.ms"], cfg["sync.acls.enabled"],
             cfg["use.defaults.from"], cfg["topics.exclude"]) == ("metadata-events", 5000, 60000, True, "target",
                                                                   r"__.*|.*\.internal")
@@ -166,9 +170,9 @@ def test_source_needs_a_topic_selection_and_a_cluster_name():
 def test_sink_config_and_pipeline_keys():
     from worker.pipeline import parse_pipeline
 
-    assert km.SINK_CONFIG.validate({"bootstrap.servers": "x:1", "cluster.name": "B", "topic.template": "{name}"})[0].key \
+    assert kcfg.SINK_CONFIG.validate({"bootstrap.servers": "x:1", "cluster.name": "B", "topic.template": "{name}"})[0].key \
         == "topic.template"
-    cfg = km.SINK_CONFIG.parse({"bootstrap.servers": "x:1", "cluster.name": "B"})
+    cfg = kcfg.SINK_CONFIG.parse({"bootstrap.servers": "x:1", "cluster.name": "B"})
     assert (cfg["topic.template"], cfg["replication.factor"], cfg["sync.topic.deletes"]) == ("{topic}", -1, False)
     doc = {"name": "meta", "config": {
         "source.connector.class": "connectors.kafka.metadata:KafkaMetadataSourceConnector",
@@ -197,7 +201,7 @@ def event_record(event, offset=0):
 
 
 def sink(**extra):
-    task = km.KafkaMetadataSinkTask()
+    task = kapplier.KafkaMetadataSinkTask()
     config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "cluster.name": "B", "request.timeout.ms": "300", **extra}
     task.context = SinkTaskContext("meta-0", config)
     task.start(config, task.context)
@@ -274,6 +278,6 @@ def test_a_transient_failure_reports_it_and_every_later_event_as_transient():
 
 
 def test_the_sink_refuses_to_be_a_dead_letter_writer():
-    task = km.KafkaMetadataSinkTask()
+    task = kapplier.KafkaMetadataSinkTask()
     with pytest.raises(ConfigError, match="writes no records"):
         task.start({"bootstrap.servers": "x:1", "cluster.name": "B", "topic": "dlq"}, SinkTaskContext("t", {}))

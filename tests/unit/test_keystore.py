@@ -7,8 +7,9 @@ import stat
 
 import pytest
 
+from connect.builtin_providers import DirectoryConfigProvider, EnvVarConfigProvider
+from connect.config_provider import ConfigDataError, ConfigProvider
 from connect.errors import ConfigError
-from connect.providers import ConfigDataError, ConfigProvider, DirectoryConfigProvider, EnvVarConfigProvider
 
 
 def test_directory_provider_stores_reads_and_removes(tmp_path):

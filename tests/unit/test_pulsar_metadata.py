@@ -17,17 +17,11 @@ from connect.errors import ConnectError, RetriableError
 from connect.records import make_record
 from connect.sink import SinkTaskContext
 from connect.source import OffsetStorageReader, SourceTaskContext
-from connectors.pulsar.metadata import (
-    AdminError,
-    PulsarAdmin,
-    PulsarMetadataSinkConnector,
-    PulsarMetadataSinkTask,
-    PulsarMetadataSourceConnector,
-    PulsarMetadataSourceTask,
-    namespace_data,
-    stamp_of,
-    strip_stamp,
-)
+from connectors.pulsar.metadata import PulsarMetadataSinkConnector, PulsarMetadataSourceConnector
+from connectors.pulsar.metadata.admin import AdminError, PulsarAdmin
+from connectors.pulsar.metadata.applier import PulsarMetadataSinkTask
+from connectors.pulsar.metadata.stamps import namespace_data, stamp_of, strip_stamp
+from connectors.pulsar.metadata.watcher import PulsarMetadataSourceTask
 from connectors.replicator.metadata import MetadataChangeEvent
 
 TOPIC = "persistent://public/default/metadata-events"
@@ -458,7 +452,7 @@ def test_two_clusters_converge_on_concurrent_updates_with_the_same_time(admins):
     ("Namespaces", "t/."), ("Topics", "persistent://t/ns/../x"), ("Tenants", "bad name"),
 ])
 def test_names_that_would_reach_other_admin_endpoints_are_refused(resource, name):
-    from connectors.pulsar.metadata import check_resource_name
+    from connectors.pulsar.metadata.admin import check_resource_name
 
     with pytest.raises(ValueError, match=r"\$\.resourceName"):
         check_resource_name(resource, name)

@@ -16,7 +16,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 from typer.testing import CliRunner
 
-from worker.api.restcli import app, parse_prometheus
+from worker.api.restcli import app
+from worker.api.restcli_status import parse_prometheus
 from worker.cli import app as cli_app
 
 runner = CliRunner()

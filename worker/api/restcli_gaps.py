@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from worker.api.restcli import _command, _console, _name_argument, _print_json, _seg
+from worker.api.restcli_client import _command, _console, _name_argument, _print_json, _seg
 
 __all__ = ["gaps", "acknowledge_gaps"]
 

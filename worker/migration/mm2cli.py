@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from worker.api.restcli import EXIT_UNREACHABLE, EXIT_USAGE, EXIT_WORKER_ERROR, _Client, _Unreachable, _WorkerError
+from worker.api.restcli_client import EXIT_UNREACHABLE, EXIT_USAGE, EXIT_WORKER_ERROR, _Client, _Unreachable, _WorkerError
 from worker.migration.mm2import import ImportResult, Mm2ImportError, import_mm2
 from worker.migration.mm2properties import PropertiesError, read_properties
 

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from worker.api.restcli import _command, _console, _print_json, _seg, _usage_error
+from worker.api.restcli_client import _command, _console, _print_json, _seg, _usage_error
 
 __all__ = ["app"]
 

@@ -460,28 +460,35 @@ class ConnectMetrics:
             return self._build()
 
     def _build(self) -> list:
-        tasks = sorted(self._tasks.items())
         out: list = [InfoMetricFamily("connect_worker", "Worker build information.", value=self._info)]
+        out += self._state_families()
+        out += self._task_families(sorted(self._tasks.items()))
+        out.append(self._gap_family())
+        out.extend(self._executor_families())
+        return out
 
+    def _state_families(self) -> list:
+        """Connectors by state, and each connector's and task pair's state."""
         connectors = GaugeMetricFamily("connect_connectors", "Connectors by state.", labels=["state"])
         for state in STATES:
             connectors.add_metric([state], sum(1 for s in self._connector_states.values() if s == state))
-        out.append(connectors)
 
         connector_state = GaugeMetricFamily("connect_connector_state", "1 for the connector's current state, else 0.",
                                             labels=["connector", "state"])
         for name, current in sorted(self._connector_states.items()):
             for state in STATES:
                 connector_state.add_metric([name, state], 1.0 if state == current else 0.0)
-        out.append(connector_state)
 
         task_state = GaugeMetricFamily("connect_task_state", "1 for the task pair's current state, else 0.",
                                        labels=[*_TASK_LABELS, "state"])
         for (name, task), current in sorted(self._task_states.items()):
             for state in STATES:
                 task_state.add_metric([name, str(task), state], 1.0 if state == current else 0.0)
-        out.append(task_state)
+        return [connectors, connector_state, task_state]
 
+    def _task_families(self, tasks: list) -> list:
+        """The counters, histograms, summaries and gauges of each task pair."""
+        out: list = []
         for metric, _, doc in _STAT_COUNTERS:
             family = CounterMetricFamily(metric, doc, labels=_TASK_LABELS)
             for (name, task), series in tasks:
@@ -531,6 +538,10 @@ class ConnectMetrics:
                 lag_seconds.add_metric([*labels, part], seconds)
         out += [acknowledged, epochs, failed, restarts, duration, latency, ack_latency, *gauges.values(), reported,
                 lag_records, lag_seconds]
+        return out
+
+    def _gap_family(self) -> CounterMetricFamily:
+        """Records each connector's source dropped, per source partition."""
         gaps = CounterMetricFamily("connect_source_gap_records", "Records the source dropped before they were "
                                    "copied (retention, DeleteRecords; 0 for a gap that cannot be counted, e.g. a "
                                    "re-created topic), per source partition; see GET /connectors/{name}/gaps.",
@@ -538,6 +549,4 @@ class ConnectMetrics:
         for name, totals in sorted(self._gaps.items()):
             for (topic, part), records in sorted(totals.items()):
                 gaps.add_metric([name, topic, part], records)
-        out.append(gaps)
-        out.extend(self._executor_families())
-        return out
+        return gaps
