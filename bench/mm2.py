@@ -49,6 +49,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -70,6 +71,7 @@ TASKS = (1, 2)  # the task counts `connect run` has a contender for (bench/e2e.p
 MM2_PLAIN = {"emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false",
              "emit.offset-syncs.enabled": "false", "sync.topic.acls.enabled": "false"}
 MM2_EXTRA: dict[str, str] = {}  # --mm2-set
+EXACTLY_ONCE = False  # --exactly-once
 
 
 def start_mm2(kind: str, a: str, b: str, topics: str, work: Path, tag: str):
@@ -112,12 +114,33 @@ def mm2_errors(kind: str, work: Path, tag: str) -> str:
 
 
 def throughput_run(kind: str, a: str, b: str, topic: str, records: int, work: Path, tag: str) -> dict[str, float]:
+    """One contender mirroring the backlog. With exactly-once, the rate and CPU marks come from a
+    ``read_uncommitted`` watcher (what the contender writes: a ``read_committed`` one sees whole
+    transactions at once, so its 10 % and 90 % marks can fall on two commits) and a second watcher,
+    ``read_committed``, times when the last record became visible (``visible_s`` after launch)."""
     proc, target, launched = launch(kind, a, b, topic, work, tag)
     rss = PeakRss(proc.pid)
     rss.start()
     cpu: dict = {}
+    visible: dict = {}
+    timeout = 300 + records / 5000
+
+    def watch_committed() -> None:
+        try:
+            e2e.watch(b, target, records, timeout, proc, latency=False, committed=True)
+            visible["at"] = time.time()
+        except RuntimeError as e:
+            visible["error"] = e
+
+    committed = threading.Thread(target=watch_committed, daemon=True)
+    if EXACTLY_ONCE:
+        committed.start()
     try:
-        arrivals = e2e.watch(b, target, records, 300 + records / 5000, proc, latency=False, cpu=cpu)
+        arrivals = e2e.watch(b, target, records, timeout, proc, latency=False, cpu=cpu, committed=not EXACTLY_ONCE)
+        if EXACTLY_ONCE:
+            committed.join(timeout)
+            if "at" not in visible:
+                raise RuntimeError(f"not every record became visible to read_committed: {visible.get('error')}")
     except RuntimeError as e:
         raise RuntimeError(f"{kind}: {e}{mm2_errors(kind, work, tag)}") from e
     finally:
@@ -127,8 +150,12 @@ def throughput_run(kind: str, a: str, b: str, topic: str, records: int, work: Pa
     out = {"msg_s": e2e.steady_rate(arrivals, records), "first_s": arrivals[0][0] - launched,
            "cpu_us": (cpu[0.9] - cpu[0.1]) / max(cpu[("n", 0.9)] - cpu[("n", 0.1)], 1) * 1e6,
            "rss_mb": peak / 2**20}
+    seen = ""
+    if EXACTLY_ONCE:
+        out["visible_s"] = visible["at"] - launched
+        seen = f", all visible {out['visible_s']:5.1f} s after launch"
     print(f"    {kind:<10} {out['msg_s']:>10,.0f} msg/s steady, first record {out['first_s']:5.1f} s after launch, "
-          f"CPU {out['cpu_us']:6.2f} us/record, peak RSS {out['rss_mb']:6.0f} MiB", flush=True)
+          f"CPU {out['cpu_us']:6.2f} us/record, peak RSS {out['rss_mb']:6.0f} MiB{seen}", flush=True)
     return out
 
 
@@ -194,6 +221,14 @@ def summary(thr: list[dict], lat: list[dict], tasks: list[int], raw: bool) -> di
     print("ratios, median of per-round ratios: " + ", ".join(RATIO_KEYS.values()))
     for label, r in ratios.items():
         print(f"{label:<22}" + "  ".join(f"{RATIO_KEYS[key]} {_fmt(v, '.2f')}" for key, v in r.items()))
+    if any("visible_s" in v for r in thr for v in r.values()):  # exactly-once: when the last record was visible
+        for k in kinds:
+            medians[k]["visible_s"] = median_of(thr, k, "visible_s")
+        for label, r in ratios.items():
+            r["visible_s"] = ratio_of(thr, *label.split(" / "), "visible_s")
+        print("all records visible to read_committed, s after launch (median): "
+              + ", ".join(f"{k} {_fmt(medians[k]['visible_s'], '.1f')}" for k in kinds)
+              + "; ratios: " + ", ".join(f"{label} {_fmt(r['visible_s'], '.2f')}" for label, r in ratios.items()))
     return {"median": medians, "ratios": ratios}
 
 
@@ -244,6 +279,8 @@ def main() -> None:
         if bad := [kv for kv in kvs if "=" not in kv]:
             ap.error(f"{opt}: KEY=VALUE, not {bad[0]!r}")
     if args.exactly_once:
+        global EXACTLY_ONCE
+        EXACTLY_ONCE = True
         MM2_EXTRA["B.exactly.once.source.support"] = "enabled"
         e2e.EXTRA["exactly.once.support"] = "required"
     MM2_EXTRA.update(kv.split("=", 1) for kv in args.mm2_set)
