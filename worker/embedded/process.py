@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Self
 
 __all__ = ["free_port"]
 
@@ -65,12 +66,13 @@ def _wait_listening(proc: subprocess.Popen, port: int, what: str, timeout: float
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s (log: {log_path})")
 
 
-def _end(proc: subprocess.Popen | None) -> None:
+def _end(proc: subprocess.Popen | None, timeout: float = 5.0) -> None:
+    """SIGTERM (a frozen broker is thawed first, so it ends too); SIGKILL past ``timeout`` s."""
     if proc is not None and proc.poll() is None:
-        _signal_group(proc, signal.SIGCONT)  # a frozen broker ends too
+        _signal_group(proc, signal.SIGCONT)
         proc.terminate()
         try:
-            proc.wait(5)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -110,3 +112,38 @@ class _Freezable:
     def thaw(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             _signal_group(self.proc, signal.SIGCONT)
+
+
+class _Broker(_Freezable):
+    """A broker in a process of its own: a clean ``stop`` (killed past ``stop_timeout`` s), ``kill``
+    (SIGKILL: a crash; ``start`` again recovers what the broker keeps on disk), its resident memory,
+    and a context manager that starts and stops it."""
+
+    stop_timeout = 5.0
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self, timeout: float | None = None) -> None:
+        _end(self.proc, self.stop_timeout if timeout is None else timeout)
+        self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_group(self.proc, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def rss_bytes(self) -> int:
+        """The broker process's resident memory (VmRSS), 0 when it is not running."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            return next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")), 0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

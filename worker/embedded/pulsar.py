@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from worker.embedded.process import (
+    _Broker,
     _data_dir,
-    _end,
-    _Freezable,
     _launch,
     _packaged_binary,
-    _signal_group,
     free_port,
 )
 
@@ -32,7 +29,7 @@ def pulsar_lite_binary() -> str:
     return _packaged_binary("pulsar_lite", "pulsar-lite", "pulsar-lite")
 
 
-class EmbeddedPulsar(_Freezable):
+class EmbeddedPulsar(_Broker):
     """A pulsar-lite broker on a free loopback port, storing under ``data_dir``; ``service_url``
     is its ``pulsar://`` address. ``stop`` then ``start`` again keeps the port and the data (a
     broker outage, as the tests need). ``partitions`` is the partition count pulsar-lite gives
@@ -55,10 +52,6 @@ class EmbeddedPulsar(_Freezable):
                              str(self.data_dir / "db"), "--config", str(config), "--log-level", "warn"],
                             self.port, "pulsar-lite", timeout, self.log_path)
         return self
-
-    def stop(self) -> None:
-        _end(self.proc)
-        self.proc = None
 
     def create_partitioned_topics(self, topics: dict[str, int]) -> None:
         """Make each topic partitioned with its count. pulsar-lite has no admin API: a topic becomes
@@ -94,14 +87,8 @@ class EmbeddedPulsar(_Freezable):
         finally:
             client.close()
 
-    def __enter__(self) -> EmbeddedPulsar:
-        return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-class ApachePulsar(_Freezable):
+class ApachePulsar(_Broker):
     """Apache Pulsar 4.0 standalone (broker + bookie, metadata in RocksDB, no functions worker) on
     free loopback ports, from the pinned Maven Central jars (:mod:`worker.brokers.pulsar`). Same
     interface as :class:`EmbeddedPulsar` (``service_url``, ``partitions``, start/stop/freeze/thaw,
@@ -110,6 +97,8 @@ class ApachePulsar(_Freezable):
     ``cluster`` is its cluster name. ``stop`` then ``start`` again keeps the ports and the data
     (under ``data_dir``; default: a temporary folder removed with this object). ``extra``: more
     standalone.conf settings."""
+
+    stop_timeout = 30.0  # the broker, then the bookie
 
     JVM_FLAGS = ("-Xms64m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=2", "-XX:TieredStopAtLevel=1",
                  "-XX:MaxMetaspaceSize=256m", "-XX:ReservedCodeCacheSize=96m", "-Djava.awt.headless=true")
@@ -149,40 +138,8 @@ class ApachePulsar(_Freezable):
         self.started_in = time.monotonic() - started
         return self
 
-    def rss_bytes(self) -> int:
-        """The standalone process's resident memory (VmRSS), 0 when it is not running."""
-        if self.proc is None or self.proc.poll() is not None:
-            return 0
-        with open(f"/proc/{self.proc.pid}/status") as status:
-            return next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")), 0)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """A clean shutdown (broker, then bookie); killed past ``timeout``."""
-        if self.proc is not None and self.proc.poll() is None:
-            _signal_group(self.proc, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc = None
-
-    def kill(self) -> None:
-        """SIGKILL (a crash); ``start`` again recovers from the journal."""
-        if self.proc is not None and self.proc.poll() is None:
-            _signal_group(self.proc, signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
     def create_partitioned_topics(self, topics: dict[str, int]) -> None:
         """Each topic created partitioned with its count, through the admin API."""
         from worker.brokers.pulsar import create_partitioned_topics
 
         create_partitioned_topics(self.admin_url, topics)
-
-    def __enter__(self) -> ApachePulsar:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 from worker.embedded.process import (
+    _Broker,
     _data_dir,
-    _end,
-    _Freezable,
     _launch,
     _signal_group,
     _wait_listening,
@@ -22,7 +21,7 @@ from worker.embedded.process import (
 __all__ = ["EmbeddedRocketMQ", "ApacheRocketMQ"]
 
 
-class EmbeddedRocketMQ(_Freezable):
+class EmbeddedRocketMQ(_Broker):
     """The embedded RocketMQ name server + broker in its own process on a free loopback port;
     ``namesrv`` is its ``host:port`` (the broker answers on the same port). ``stop`` then
     ``start`` again keeps the port and the data; ``kill`` ends it with SIGKILL (a crash). ``env``
@@ -52,22 +51,6 @@ class EmbeddedRocketMQ(_Freezable):
             popen["env"] = {**os.environ, **self.env}
         self.proc = _launch(argv, self.port, "the embedded RocketMQ broker", timeout, self.log_path, **popen)
         return self
-
-    def stop(self) -> None:
-        _end(self.proc)
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def __enter__(self) -> EmbeddedRocketMQ:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class ApacheRocketMQ:
