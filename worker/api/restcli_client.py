@@ -9,8 +9,9 @@ import inspect
 import json
 import ssl
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Iterator
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -197,6 +198,22 @@ _CONN_PARAMS = [
 _CONN_NAMES = [p.name for p in _CONN_PARAMS]
 
 
+@contextmanager
+def worker_errors_exit() -> Iterator[None]:
+    """A worker's error answer or an unreachable worker: its message on stderr, then the CLI's exit
+    code for it (:data:`EXIT_WORKER_ERROR`, :data:`EXIT_UNREACHABLE`)."""
+    try:
+        yield
+    except _WorkerError as exc:
+        typer.echo(str(exc), err=True)
+        if exc.status == 401:
+            typer.echo("the worker wants credentials: --token, or --user and --password", err=True)
+        raise typer.Exit(EXIT_WORKER_ERROR) from None
+    except _Unreachable as exc:
+        typer.echo(exc.describe(), err=True)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+
+
 def _command(name: str | None = None, on: typer.Typer | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register ``fn(client, ...)`` as a command (of ``on``, default ``connect connectors``) that also
     takes the connection options, and turn the worker's errors into exit codes (1: error answer,
@@ -210,15 +227,8 @@ def _command(name: str | None = None, on: typer.Typer | None = None) -> Callable
         def command(**kwargs: Any) -> None:
             client = _Client(**{key: kwargs.pop(key) for key in _CONN_NAMES})
             try:
-                fn(client, **kwargs)
-            except _WorkerError as exc:
-                typer.echo(str(exc), err=True)
-                if exc.status == 401:
-                    typer.echo("the worker wants credentials: --token, or --user and --password", err=True)
-                raise typer.Exit(EXIT_WORKER_ERROR) from None
-            except _Unreachable as exc:
-                typer.echo(exc.describe(), err=True)
-                raise typer.Exit(EXIT_UNREACHABLE) from None
+                with worker_errors_exit():
+                    fn(client, **kwargs)
             finally:
                 client.close()
 

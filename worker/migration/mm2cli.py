@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from worker.api.restcli_client import EXIT_UNREACHABLE, EXIT_USAGE, EXIT_WORKER_ERROR, _Client, _Unreachable, _WorkerError
+from worker.api.restcli_client import EXIT_USAGE, _Client, worker_errors_exit
 from worker.migration.mm2import import ImportResult, Mm2ImportError, import_mm2
 from worker.migration.mm2properties import PropertiesError, read_properties
 
@@ -101,15 +101,10 @@ def import_(
         return
     client = _Client(worker, None, token, None, None, False, None)
     try:
-        for connector in result.connectors:
-            body = {**connector, **({"initial_state": state.upper()} if state else {})}
-            client.json("POST", "/connectors", body=body)
-            typer.echo(f"created connector {connector['name']}")
-    except _WorkerError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_WORKER_ERROR) from None
-    except _Unreachable as exc:
-        typer.echo(exc.describe(), err=True)
-        raise typer.Exit(EXIT_UNREACHABLE) from None
+        with worker_errors_exit():
+            for connector in result.connectors:
+                body = {**connector, **({"initial_state": state.upper()} if state else {})}
+                client.json("POST", "/connectors", body=body)
+                typer.echo(f"created connector {connector['name']}")
     finally:
         client.close()
