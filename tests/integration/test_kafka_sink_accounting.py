@@ -10,6 +10,7 @@ from kafka_util import consume_all, create_topic
 from connect.errors import DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTaskContext
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySourceTask
@@ -130,10 +131,10 @@ def test_a_failure_in_the_middle_of_a_batch_touches_only_that_record(kafka_pair,
     def dlq_factory():
         return KafkaSinkConnector.side_writer({"bootstrap.servers": dst.bootstrap}, dlq)
 
-    runner = TaskPairRunner(connector="mid", task_id=0, source=_Batch(), sink=KafkaSinkTask(),
-                            source_config={"records": "10"}, sink_config=sink_config,
-                            policy=RunnerPolicy(epoch_max_ms=3000, epoch_max_records=10),
-                            dlq_factory=dlq_factory)
+    runner = TaskPairRunner(PairPlan(connector="mid", task_id=0, source=_Batch(), sink=KafkaSinkTask(),
+                                     source_config={"records": "10"}, sink_config=sink_config,
+                                     policy=RunnerPolicy(epoch_max_ms=3000, epoch_max_records=10),
+                                     dlq_factory=dlq_factory))
     results, committed = [], {}
     try:
         for epoch in range(5):  # acknowledgements still in flight at an epoch end count in the next
