@@ -77,8 +77,6 @@ def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair
     producer is abandoned, which the next wait for outcomes does)."""
     from confluent_kafka import KafkaError
 
-    from connectors.kafka.sink import _Put
-
     _, dst = kafka_pair
     sink = _sink(dst.bootstrap, f"bound-{unique}")
     a, b = _record(0), _record(1)
@@ -94,9 +92,8 @@ def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair
 
         done = sink.checkpoint()
         gen = sink._gen
-        put = _Put(0, gen)
+        put = sink._puts.new(gen)  # as put() registers it
         gen.left = put.left = 1  # as after one produce bound to this checkpoint
-        sink._puts.append(put)  # as put() registers it
         later = sink.checkpoint()
         assert sink._on_outcome([a, b], 1, put, timed_out, Msg()) is True  # held: counted once reported
         assert not later(), "a transient failure counts its checkpoint down once reported"
