@@ -56,6 +56,7 @@ from connect.sink import SinkTask
 from connect.sink.routing import ROUTING_CONFIG, TopicRouter
 from connect.sink.side import SideWriter, side_output_config, side_output_issues
 from connect.source import SourceTask
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import EpochResult
 from connect.tasks.runner import TaskPairRunner
@@ -456,11 +457,11 @@ def run_pair(config: Mapping[str, Any] | None = None, *, records: Iterable[Any] 
                                           sink or flat.get("sink.connector.class"), sink_cfg)
 
     steps, closers = transforms.build()
-    runner = TaskPairRunner(
+    runner = TaskPairRunner(PairPlan(
         connector=name, task_id=0, source=source_task, sink=sink_task, source_config=source_cfg,
         sink_config=sink_cfg, policy=policy, offsets=dict(offsets or {}), dlq_factory=dlq_factory,
         stages=build_chain(policy, source_cfg, sink_cfg, steps, closers),
-        stop_requested=lambda: getattr(source_task, "exhausted", False))
+        stop_requested=lambda: getattr(source_task, "exhausted", False)))
     with MemorySinkTask._lock:
         delivered, dead = MemorySinkTask.written[key], MemorySinkTask.written[f"{key}-dlq"]
     run = PairRun(delivered, dead, dict(offsets or {}), [])

@@ -15,8 +15,9 @@ __all__ = ["BridgeLease"]
 
 
 class BridgeLease:
-    def __init__(self, set_deadline: Callable[[float], None], deadline: Callable[[], float]) -> None:
-        self.halted = threading.Event()  # set by ``halt``: moving stops at the next batch
+    def __init__(self, set_deadline: Callable[[float], None], deadline: Callable[[], float],
+                 halted: threading.Event) -> None:
+        self.halted = halted  # set by ``halt``: the mover stops at the next batch
         self._lock = threading.Lock()  # ``renew`` (another thread) against ``begin``/``end``
         self._until = 0.0  # the latest lease asked for the bridge after the last epoch (monotonic)
         self._running = False

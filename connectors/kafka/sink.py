@@ -26,16 +26,11 @@
   max), the producer's ``message.timeout.ms`` defaults to 0 (no timeout), so librdkafka keeps
   retrying in order, idempotently, until the target is back.
 - A transient failure holds its partition: nothing put after a record that failed transiently is
-  delivered before that record's re-send. librdkafka alone does not keep that rule (an idempotent
-  producer whose messages time out bumps its epoch and goes on sending the later ones), so the
-  sink owns the delivery timeout: a ``message.timeout.ms`` (or ``delivery.timeout.ms``) set through
-  ``producer.override.`` / ``client.override.`` is enforced here, librdkafka getting 0. When the
-  oldest unacknowledged record has been outstanding for longer, when a record fails transiently,
-  or when the producer is in a fatal state, the producer is *abandoned*: everything queued and in
-  flight is purged, every failed record is reported transient in put order
-  (:class:`connect.sink.resend.InOrderReports`: each produce carries its place in put order; a purge
-  reports in no useful order), the producer is never pooled again and a fresh one (fresh
-  idempotence sequence numbers) takes over. The runner re-sends them in that order before it puts
+  delivered before that record's re-send. The sink owns the delivery timeout (a ``message.timeout.ms``
+  or ``delivery.timeout.ms`` set through ``producer.override.`` / ``client.override.`` is enforced
+  here, librdkafka getting 0: :mod:`connectors.kafka.puts`), and abandons its producer when a record
+  fails transiently, times out, or the producer is in a fatal state (:mod:`connectors.kafka.abandon`):
+  every failed record is reported transient in put order and the runner re-sends them before it puts
   anything new. Records a put could not hand to the producer (no room until the deadline, a target
   that cannot be looked up, a put after an abandonment) are reported not sent
   (:class:`~connect.errors.NotSentError`): the runner re-sends them behind every earlier record.
@@ -47,7 +42,6 @@ import logging
 import operator
 import threading
 import time
-from collections import deque
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
@@ -60,17 +54,17 @@ from connect.errors import (
     DeliveryError,
     NotSentError,
     RetriableError,
-    RetriesExhaustedError,
-    TransactionAbortedError,
 )
 from connect.records import ConnectRecord
 from connect.sink import Outstanding, SinkTask
 from connect.sink.resend import InOrderReports
 from connect.sink.routing import TopicRouter
+from connectors.kafka.abandon import ProducerAbandonment
 from connectors.kafka.clients import POOL, client_config
 from connectors.kafka.delivery import DeliverySlots
 from connectors.kafka.native import KIND
 from connectors.kafka.producers import PRODUCERS, Inbox
+from connectors.kafka.puts import Put, PutLog
 from connectors.kafka.sinkconfig import (
     BROKEN_PRODUCER,
     CONFIG,
@@ -98,20 +92,6 @@ log = logging.getLogger(__name__)
 _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
 # What ``_produce`` reads of a record (a native batch's messages: ``NativeBatch.columns``).
 _RECORD_FIELDS = operator.attrgetter("topic", "partition", "key", "value", "headers", "timestamp")
-
-
-class _Put:
-    """The records one ``put`` handed to the producer: when (the age of its oldest unacknowledged
-    record), how many still have no outcome, the checkpoint they count down, and its place in
-    put order (``seq``; each produce also carries its index in the batch)."""
-
-    __slots__ = ("seq", "at", "left", "gen")
-
-    def __init__(self, seq: int, gen: Outstanding) -> None:
-        self.seq = seq
-        self.at = time.monotonic()
-        self.left = 0
-        self.gen = gen
 
 
 class KafkaSinkConnector(SinkConnector):
@@ -165,7 +145,7 @@ class KafkaSinkConnector(SinkConnector):
         return KafkaSideWriter(config, topic)
 
 
-class KafkaSinkTask(SinkTask):
+class KafkaSinkTask(ProducerAbandonment, SinkTask):
     def start(self, config: Mapping[str, Any], context) -> None:
         cfg = CONFIG.parse(config)
         self._cfg = cfg
@@ -190,8 +170,7 @@ class KafkaSinkTask(SinkTask):
             self._txns = KafkaTransactions(producer, config, connector, task, context.time_left)
             self._timeout = 0  # the transaction's timeout bounds a delivery (see transactional_producer)
         self._fenced = False
-        self._puts: deque[_Put] = deque()  # puts whose records may lack an outcome, oldest first
-        self._seq = 0  # put order
+        self._puts = PutLog(self._timeout)  # puts whose records may lack an outcome, oldest first
         # transient failures served, held until the producer is abandoned, then reported in put order
         # ((put sequence, index in the put)); records never handed over are reported not sent
         self._reports = InOrderReports(context.errant_record_reporter.report)
@@ -211,7 +190,7 @@ class KafkaSinkTask(SinkTask):
         self._warned_small: set[str] = set()
         self._positions = context.positions
 
-    def _on_outcome(self, batch, i: int, put: _Put, err: KafkaError | None, msg) -> bool:
+    def _on_outcome(self, batch, i: int, put: Put, err: KafkaError | None, msg) -> bool:
         """The report of message ``i`` of ``batch`` (a put's records, or a native batch), through its
         delivery slot: a failure, or a success that offset syncs follow. A failure is reported before
         its checkpoint counts it; True: a transient failure, held (and counted) until the producer is
@@ -223,7 +202,7 @@ class KafkaSinkTask(SinkTask):
             self._positions.ack(record, msg.topic(), msg.partition(), msg.offset())
         return False
 
-    def _failed_delivery(self, record: ConnectRecord, put: _Put, i: int, err: KafkaError, msg) -> bool:
+    def _failed_delivery(self, record: ConnectRecord, put: Put, i: int, err: KafkaError, msg) -> bool:
         """Report a permanent failure now (False); hold a transient one for ``_abandon`` (True):
         the producer may still send records put after it, so it is abandoned first."""
         self._tainted = True
@@ -287,19 +266,12 @@ class KafkaSinkTask(SinkTask):
     def _produce(self, batch, fields: Iterator[tuple], total: int, topics: Callable[[], set],
                  hint: Callable[[str], int], rest: Callable[[int], Sequence[ConnectRecord]]) -> None:
         """Hand ``total`` messages to the producer, in order, each from its ``fields`` (source topic,
-        partition hint, key, value, headers, timestamp): a ``_Put`` in put order, each report tied to
+        partition hint, key, value, headers, timestamp): a ``Put`` in put order, each report tied to
         its message by a delivery slot (``connectors.kafka.delivery``: ``batch[i]`` is the record of
         message ``i``, built only when a report needs it), a transient failure held until the
         producer is abandoned. ``rest(i)``: the records from ``i`` on (reported not sent)."""
-        lock = None
-        if self._shared is not None and not self._must_abandon():
-            lock = self._enter_shared(total, topics(), lambda t: self._target(t, hint))
-        if self._must_abandon():
-            # Earlier records fail now: this batch goes behind them, as a whole.
-            if lock is not None:
-                lock.release()
-            why = self._abandon()
-            self._reports.not_sent(rest(0), f"not sent: earlier records are re-sent first ({why})")
+        go, lock = self._begin_put(total, topics, hint, rest)
+        if not go:
             return
         produce = self._producer.produce
         slots = self._slots or self._new_slots()
@@ -307,9 +279,7 @@ class KafkaSinkTask(SinkTask):
         targets = self._targets
         preserve = self._cfg["partition.preserve"]
         gen = self._gen
-        put = _Put(self._seq, gen)
-        self._seq += 1
-        self._puts.append(put)
+        put = self._puts.new(gen)
         name = topic = None
         partitions = 0
         sent = 0  # handed to the producer: each one's report counts its put and checkpoint down
@@ -368,6 +338,21 @@ class KafkaSinkTask(SinkTask):
         if self._broken is not None:  # a report just served: abandon now, the runner takes it after this put
             self._abandon()
 
+    def _begin_put(self, total: int, topics: Callable[[], set], hint: Callable[[str], int],
+                   rest: Callable[[int], Sequence[ConnectRecord]]) -> tuple[bool, threading.Lock | None]:
+        """Before a put: a shared producer's lock (``_enter_shared``), or None. (False, None) when the
+        producer must be abandoned first: earlier records fail now, this put goes behind them, as a whole."""
+        lock = None
+        if self._shared is not None and not self._must_abandon():
+            lock = self._enter_shared(total, topics(), lambda t: self._target(t, hint))
+        if not self._must_abandon():
+            return True, lock
+        if lock is not None:
+            lock.release()
+        why = self._abandon()
+        self._reports.not_sent(rest(0), f"not sent: earlier records are re-sent first ({why})")
+        return False, None
+
     def _new_slots(self) -> DeliverySlots:
         self._slots = DeliverySlots(self._on_outcome, follow_successes=self._positions is not None,
                                     inbox=self._inbox)
@@ -381,7 +366,7 @@ class KafkaSinkTask(SinkTask):
             self._abandon()
         self._reports.not_sent(rest, str(error), backpressure=getattr(error, "backpressure", False))
 
-    def _produce_refused(self, topic: str, batch, part: int, headers, exc: Exception, put: _Put, i: int,
+    def _produce_refused(self, topic: str, batch, part: int, headers, exc: Exception, put: Put, i: int,
                          total: int) -> bool:
         """Message ``i`` of the ``total`` of a put, whose produce raised ``exc``: a full queue is
         waited on until the epoch's time is up, any other refusal takes the rare paths
@@ -394,7 +379,7 @@ class KafkaSinkTask(SinkTask):
                                f"{total - i} record(s) not sent yet", backpressure=True)
         return True
 
-    def _produce_odd(self, topic: str, batch, part: int, headers, exc: Exception, put: _Put, i: int) -> bool:
+    def _produce_odd(self, topic: str, batch, part: int, headers, exc: Exception, put: Put, i: int) -> bool:
         """The rare paths: bytes-like payloads librdkafka does not take as they are, or a record
         refused before sending (larger than message.max.bytes, a payload that is no bytes).
         True if the record was handed to the producer after all; raises RetriableError when it
@@ -420,7 +405,7 @@ class KafkaSinkTask(SinkTask):
         self.context.errant_record_reporter.report(r, error)
         return False
 
-    def _produce_bound(self, topic: str, value, key, part: int, headers, batch, put: _Put, i: int) -> None:
+    def _produce_bound(self, topic: str, value, key, part: int, headers, batch, put: Put, i: int) -> None:
         """One produce off the hot path (``_produce`` inlines the same call), its report bound to
         message ``i`` of ``batch`` and ``put`` by a delivery slot."""
         slots = self._slots or self._new_slots()
@@ -433,7 +418,7 @@ class KafkaSinkTask(SinkTask):
             slots.give_back(slot)
             raise
 
-    def _produce_when_room(self, topic: str, batch, part: int, headers, put: _Put, i: int) -> bool:
+    def _produce_when_room(self, topic: str, batch, part: int, headers, put: Put, i: int) -> bool:
         """False at the epoch deadline, or when the producer must be abandoned meanwhile."""
         r = batch[i]
         while True:
@@ -491,7 +476,7 @@ class KafkaSinkTask(SinkTask):
         while True:
             if self._inbox is not None:  # a shared producer: the task's own records
                 self._inbox.wait(min(self.context.time_left(), 0.5))
-                remaining = self._unsettled()
+                remaining = self._puts.unsettled()
             else:
                 remaining = self._serve(lambda: self._producer.flush(min(self.context.time_left(), 0.5)))
             if self._must_abandon():
@@ -539,11 +524,6 @@ class KafkaSinkTask(SinkTask):
                  self._owner, OWN_PRODUCER_RATE)
         return True
 
-    def _must_abandon(self) -> bool:
-        """A failure or fatal state of the producer, its retirement (shared), or a timed-out record."""
-        return self._broken is not None or (self._shared is not None and self._shared.retired is not None) or \
-            bool(self._timeout and self._expired())
-
     def _serve_now(self) -> None:
         """Serve the reports that have arrived, without waiting."""
         if self._inbox is not None:
@@ -556,112 +536,17 @@ class KafkaSinkTask(SinkTask):
         transient failures count as one), at most ``seconds``, or (``until_abandon``) until the
         producer must be abandoned; True when every record has one."""
         deadline = time.monotonic() + seconds
-        while self._unsettled() > len(self._reports):
+        while self._puts.unsettled() > len(self._reports):
             left = deadline - time.monotonic()
             if left <= 0 or (until_abandon and self._must_abandon()):
                 return False
             self._inbox.wait(min(left, 0.05))
         return True
 
-    def _unsettled(self) -> int:
-        """Records put that have no outcome counted yet (held transient failures included)."""
-        self._oldest()  # drops the settled puts in front
-        return sum(p.left for p in self._puts)
-
-    # -- delivery timeout and abandoned producers ----------------------------------------------
-    def _oldest(self) -> _Put | None:
-        """The oldest put with a record that has no outcome yet."""
-        puts = self._puts
-        while puts and puts[0].left <= 0:
-            puts.popleft()
-        return puts[0] if puts else None
-
-    def _expired(self) -> bool:
-        """True when the oldest record without an outcome was put more than the timeout ago."""
-        oldest = self._oldest()
-        return oldest is not None and self._timeout > 0 and time.monotonic() - oldest.at > self._timeout
-
-    def _abandon(self, why: str | None = None) -> str:
-        """Abandon the producer: purge what it queued and has in flight, report every record held
-        or purged as transient in put order, and start a fresh producer (a purge does not reset
-        the idempotence sequence numbers; a new producer does). The old one is never pooled.
-        Returns why (the error text of its records)."""
-        if self._shared is not None:
-            return self._abandon_shared(why)
-        if self._txns is not None:
-            self._abandon_transaction(why)
-        if why is None:
-            why = self._broken or (f"timed out after {self._timeout_ms} ms ({self._timeout_key}): the producer "
-                                   "was abandoned")
-        old = self._producer
-        self._tainted = True
-        log.warning("producer of %s: delivery %s; every record without an outcome is re-sent in order by a fresh "
-                    "producer", self._owner, why)
-        # Purge fails every queued and in-flight message back; serving all those delivery reports
-        # hands each record to the runner as a transient failure (re-sent). Every one must be
-        # served: a record whose report is lost would count as delivered.
-        left = -1
-        self._purging = why
-        try:
-            old.purge()
-            deadline = time.monotonic() + 10
-            while (left := old.flush(0.5)) > 0 and time.monotonic() < deadline:
-                pass
-        except (KafkaException, SystemError):
-            pass
-        finally:
-            self._purging = None
-        self._report_held(why, left)
-        self._producer = POOL.acquire("producer", f"{self._owner}-fresh", self._conf)
-        return why
-
-    def _abandon_transaction(self, why: str | None) -> None:
-        """Exactly-once: a failed record cannot be re-sent inside the transaction in order; the epoch
-        fails (the runner aborts the transaction) and the pair restarts from the target's offsets."""
-        why = why or self._broken or "a record failed"
-        if self._fenced:
-            raise self._txns.fenced_error(why)
-        raise TransactionAbortedError(f"transactional.id {self._txns.txn_id}: delivery {why}; the epoch's "
-                                      "transaction is aborted and the pair restarts from the offsets in the target")
-
     def transactions(self) -> KafkaTransactions:
         if self._txns is None:
             return super().transactions()
         return self._txns
-
-    def _report_held(self, why: str, left: int) -> None:
-        """After an abandonment: every held or purged record reported transient, in put order."""
-        self._broken = None
-        for put in self._reports.report_held():
-            put.left -= 1
-            put.gen.left -= 1
-        if left != 0:
-            # Outcomes unknown: fail the pair (restarted with backoff, from committed offsets).
-            raise RetriesExhaustedError(f"producer abandoned ({why}) and {max(left, 0)} of its messages report no "
-                                        "outcome; restarting the task")
-        self._puts.clear()
-
-    def _abandon_shared(self, why: str | None) -> str:
-        """``_abandon`` on a shared producer: retire it (every task's records on it are purged, each
-        task re-sends its own in order on a fresh one), wait for an outcome of each of this task's
-        records, report them in put order and take the fresh shared producer."""
-        shared = self._shared
-        why = why or self._broken or shared.retired or "not confirmed: the shared producer was abandoned"
-        self._tainted = True
-        if shared.retired is None:
-            log.warning("producer of %s: delivery %s; the shared producer is retired and every record without an "
-                        "outcome is re-sent in order by a fresh one", self._owner, why)
-        shared.retire(why)
-        self._purging = why
-        try:
-            self._settle(10)
-        finally:
-            self._purging = None
-        self._report_held(why, self._unsettled() - len(self._reports))
-        fresh = PRODUCERS.acquire(self._conf)
-        self._shared, self._producer = fresh, fresh.producer
-        PRODUCERS.release(shared)
-        return why
 
     def stop(self) -> None:
         producer = getattr(self, "_producer", None)

@@ -75,6 +75,7 @@ log = logging.getLogger(__name__)
 
 # What ``_send`` reads of a record (a native batch's messages are read with its codec's getters).
 _RECORD_FIELDS = operator.attrgetter("topic", "partition", "value_schema", "key", "headers", "value", "timestamp")
+_REFUSED = object()  # a payload that is no bytes (``_payload``)
 
 class PulsarSinkConnector(SinkConnector):
     @classmethod
@@ -281,14 +282,7 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
         try:
             for i, (source_topic, part, schema, key, headers, value, ts) in enumerate(fields):
                 if self._pending >= self._max_pending:
-                    room = self._wait_for_room(self._max_pending)
-                    if self._abandons != abandons:
-                        self._behind_abandoned(rest(i))
-                        break
-                    if not room:
-                        self._reports.not_sent(rest(i), f"{self._pending} sends without an outcome "
-                                               f"(max.pending.messages) until the epoch deadline; {count - i} "
-                                               "record(s) not sent yet", backpressure=True)
+                    if not self._room(rest, i, count, abandons):
                         break
                     now = time.monotonic()
                 schema = schema or declared
@@ -313,13 +307,8 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                     last = (source_topic, part, schema, state)
                 key, properties, ordering = message_fields(key, headers)
                 if value is not None and value.__class__ is not bytes:
-                    try:
-                        value = bytes(value)
-                    except TypeError:
-                        r = record_at(i)
-                        reporter.report(r, DeliveryError(
-                            f"record {r.position()} has a {type(value).__name__} value: Pulsar payloads are bytes "
-                            "(set the sink's value.converter)"))
+                    value = self._payload(value, record_at, i)
+                    if value is _REFUSED:
                         continue
 
                 def done(res, mid, i=i, gen=gen, state=state):
@@ -344,6 +333,29 @@ class PulsarSinkTask(QueuedOutcomes, SinkTask):
                     state.sent_at.append(now)
         finally:
             gen.left += sent
+
+    def _room(self, rest: Callable[[int], Sequence[ConnectRecord]], i: int, count: int, abandons: int) -> bool:
+        """Wait for room below ``max.pending.messages``; False when message ``i`` and the rest of the
+        ``count`` are not sent now (reported so): a producer was abandoned meanwhile, or the deadline came."""
+        room = self._wait_for_room(self._max_pending)
+        if self._abandons != abandons:
+            self._behind_abandoned(rest(i))
+            return False
+        if not room:
+            self._reports.not_sent(rest(i), f"{self._pending} sends without an outcome (max.pending.messages) "
+                                   f"until the epoch deadline; {count - i} record(s) not sent yet", backpressure=True)
+        return room
+
+    def _payload(self, value, record_at: Callable[[int], ConnectRecord], i: int):
+        """A bytes-like value as bytes; ``_REFUSED`` (reported permanent) when it is no bytes at all."""
+        try:
+            return bytes(value)
+        except TypeError:
+            r = record_at(i)
+            self.context.errant_record_reporter.report(r, DeliveryError(
+                f"record {r.position()} has a {type(value).__name__} value: Pulsar payloads are bytes "
+                "(set the sink's value.converter)"))
+            return _REFUSED
 
     def _behind_abandoned(self, records: Sequence[ConnectRecord]) -> None:
         """``records`` were not sent because a producer was abandoned meanwhile: they go behind the

@@ -18,6 +18,7 @@ from kafka_util import consume_committed
 from connect.connector import ConnectorContext
 from connect.errors import ConnectError, TransactionsUnavailableError
 from connect.records import ConnectRecord
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
 from connect.tasks.runner import TaskPairRunner
@@ -38,13 +39,13 @@ def _runner(bootstrap: str, connector: str, topic: str, mode: str = "required", 
             offsets=None, converter: str = "bytes", dlq_topic: str | None = None, sink_extra=None, task: int = 0,
             **policy) -> TaskPairRunner:
     dlq = (lambda: KafkaSideWriter({"bootstrap.servers": bootstrap, "topic": dlq_topic}, dlq_topic)) if dlq_topic else None
-    return TaskPairRunner(
+    return TaskPairRunner(PairPlan(
         connector=connector, task_id=task, source=source or MemorySourceTask(), sink=KafkaSinkTask(),
         source_config={"topic": "src", "records": str(records), "partitions": "1", "batch.size": "100",
                        "value.converter": converter},
         sink_config={"bootstrap.servers": bootstrap, "topic": topic, "value.converter": converter, **(sink_extra or {})},
         policy=RunnerPolicy(exactly_once=mode, **{"epoch_max_ms": 1500, "epoch_grace_ms": 5000, **policy}),
-        offsets=offsets, dlq_factory=dlq)
+        offsets=offsets, dlq_factory=dlq))
 
 
 def _until_done(runner: TaskPairRunner, records: int, epochs: int = 40) -> int:

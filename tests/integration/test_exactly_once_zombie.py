@@ -18,6 +18,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
@@ -34,6 +35,7 @@ N = 2000
 _ZOMBIE = textwrap.dedent("""
     import sys, time, orjson
     from connect.tasks.policy import RunnerPolicy
+    from connect.tasks.plan import PairPlan
     from connect.tasks.runner import TaskPairRunner
     from connect.testing import MemorySourceTask
     from connectors.kafka import KafkaSinkTask
@@ -44,11 +46,11 @@ _ZOMBIE = textwrap.dedent("""
             return super().poll() if self.next[0] < 400 else []
 
     bootstrap, connector, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-    runner = TaskPairRunner(
+    runner = TaskPairRunner(PairPlan(
         connector=connector, task_id=0, source=Slow(), sink=KafkaSinkTask(),
         source_config={"topic": "src", "records": n, "partitions": "1", "batch.size": "10"},
         sink_config={"bootstrap.servers": bootstrap, "topic": topic},
-        policy=RunnerPolicy(exactly_once="required", epoch_max_ms=25_000, epoch_grace_ms=5_000))
+        policy=RunnerPolicy(exactly_once="required", epoch_max_ms=25_000, epoch_grace_ms=5_000)))
     first = runner.run_epoch(0, max_records=100)
     print(orjson.dumps({"epoch": 0, "state": first.state, "trace": first.trace}).decode(), flush=True)
     second = runner.run_epoch(1, max_records=1500)
@@ -95,11 +97,11 @@ def test_a_pair_frozen_with_sigstop_mid_transaction_is_fenced_after_sigcont_and_
         assert _count(target, topic, "read_committed") == list(range(100)), "only epoch 0 is committed"
 
         # the next attempt of the pair, elsewhere (here), while the first is frozen: fences it, resumes at 100
-        newer = TaskPairRunner(
+        newer = TaskPairRunner(PairPlan(
             connector=unique, task_id=0, source=MemorySourceTask(), sink=KafkaSinkTask(),
             source_config={"topic": "src", "records": str(N), "partitions": "1", "batch.size": "100"},
             sink_config={"bootstrap.servers": target, "topic": topic},
-            policy=RunnerPolicy(exactly_once="required", epoch_max_ms=1500, epoch_grace_ms=5000))
+            policy=RunnerPolicy(exactly_once="required", epoch_max_ms=1500, epoch_grace_ms=5000)))
         moved = 0
         for epoch in range(40):
             result = newer.run_epoch(epoch, max_records=700)

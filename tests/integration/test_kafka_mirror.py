@@ -196,6 +196,7 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     """
     from kafka_brokers import kafka_broker
 
+    from connect.tasks.plan import PairPlan
     from connect.tasks.policy import RunnerPolicy
     from connect.tasks.runner import TaskPairRunner
     from connectors.kafka import KafkaSinkTask, KafkaSourceTask
@@ -209,10 +210,10 @@ def test_delivery_failures_are_matched_to_records_and_nothing_is_lost(kafka_pair
     pipeline = kafka_pipeline(unique, src.bootstrap, target.bootstrap, **{
         "source.topics": topic, "sink.producer.override.message.timeout.ms": 1500,
         "errors.retry.timeout": 500, "epoch.max.ms": 2000})
-    runner = TaskPairRunner(
+    runner = TaskPairRunner(PairPlan(
         connector=unique, task_id=0, source=KafkaSourceTask(), sink=KafkaSinkTask(),
         source_config={**pipeline.source_config, "task.assignment": f"{topic}:0"},
-        sink_config=pipeline.sink_config, policy=RunnerPolicy(epoch_max_ms=2000, retry_timeout_ms=500))
+        sink_config=pipeline.sink_config, policy=RunnerPolicy(epoch_max_ms=2000, retry_timeout_ms=500)))
     try:
         positioning = runner.run_epoch(0)
         assert [v for k, v in positioning.offsets.items() if '"topic.identity"' not in k] == [{"offset": -1}]

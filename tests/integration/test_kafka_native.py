@@ -17,6 +17,7 @@ from pipeline_util import first_copies_out_of_order, source_offsets
 from connect.errors import DeliveryError, RetriableError
 from connect.records import partition_key
 from connect.sink import SinkTaskContext
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
@@ -53,9 +54,9 @@ def _pair(src: str, dst: str, topic: str | list[str], parts: int, policy: Runner
                      "task.assignment": ",".join(f"{t}:{p}" for t in topics for p in range(parts))}
     sink_config = {"bootstrap.servers": dst, **sink_extra}
     factory = (lambda: KafkaSinkConnector.side_writer({"bootstrap.servers": dst}, dlq)) if dlq else None
-    return TaskPairRunner(connector=f"native-{topics[0]}", task_id=0, source=KafkaSourceTask(), sink=KafkaSinkTask(),
-                          source_config=source_config, sink_config=sink_config, policy=policy, offsets={},
-                          dlq_factory=factory)
+    return TaskPairRunner(PairPlan(connector=f"native-{topics[0]}", task_id=0, source=KafkaSourceTask(), sink=KafkaSinkTask(),
+                                   source_config=source_config, sink_config=sink_config, policy=policy, offsets={},
+                                   dlq_factory=factory))
 
 
 def _run(runner: TaskPairRunner, until: int, epochs: int = 20) -> tuple[dict, int]:

@@ -10,6 +10,7 @@ from kafka_util import consume_all, create_topic
 from connect.errors import DeliveryError, RetriableError
 from connect.records import ConnectRecord
 from connect.sink import SinkTaskContext
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySourceTask
@@ -76,8 +77,6 @@ def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair
     producer is abandoned, which the next wait for outcomes does)."""
     from confluent_kafka import KafkaError
 
-    from connectors.kafka.sink import _Put
-
     _, dst = kafka_pair
     sink = _sink(dst.bootstrap, f"bound-{unique}")
     a, b = _record(0), _record(1)
@@ -93,9 +92,8 @@ def test_a_delivery_report_reaches_exactly_the_record_it_was_bound_to(kafka_pair
 
         done = sink.checkpoint()
         gen = sink._gen
-        put = _Put(0, gen)
+        put = sink._puts.new(gen)  # as put() registers it
         gen.left = put.left = 1  # as after one produce bound to this checkpoint
-        sink._puts.append(put)  # as put() registers it
         later = sink.checkpoint()
         assert sink._on_outcome([a, b], 1, put, timed_out, Msg()) is True  # held: counted once reported
         assert not later(), "a transient failure counts its checkpoint down once reported"
@@ -130,10 +128,10 @@ def test_a_failure_in_the_middle_of_a_batch_touches_only_that_record(kafka_pair,
     def dlq_factory():
         return KafkaSinkConnector.side_writer({"bootstrap.servers": dst.bootstrap}, dlq)
 
-    runner = TaskPairRunner(connector="mid", task_id=0, source=_Batch(), sink=KafkaSinkTask(),
-                            source_config={"records": "10"}, sink_config=sink_config,
-                            policy=RunnerPolicy(epoch_max_ms=3000, epoch_max_records=10),
-                            dlq_factory=dlq_factory)
+    runner = TaskPairRunner(PairPlan(connector="mid", task_id=0, source=_Batch(), sink=KafkaSinkTask(),
+                                     source_config={"records": "10"}, sink_config=sink_config,
+                                     policy=RunnerPolicy(epoch_max_ms=3000, epoch_max_records=10),
+                                     dlq_factory=dlq_factory))
     results, committed = [], {}
     try:
         for epoch in range(5):  # acknowledgements still in flight at an epoch end count in the next

@@ -18,6 +18,7 @@ from pulsar_util import consume_all, wait_serving
 from connect.errors import DeliveryError, RetriableError
 from connect.records import partition_key
 from connect.sink import SinkTaskContext
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
@@ -85,12 +86,12 @@ def test_the_native_path_writes_what_the_record_path_writes(kafka_pair, pulsar_p
     out = {}
     for native in (True, False):
         target = f"persistent://public/default/{topic}-{'native' if native else 'records'}"
-        runner = TaskPairRunner(
+        runner = TaskPairRunner(PairPlan(
             connector=f"pnateq-{native}", task_id=0, source=KafkaSourceTask(), sink=PulsarSinkTask(),
             source_config={"bootstrap.servers": src.bootstrap, "topics": topic, "refresh.topics.interval.ms": "0",
                            "task.assignment": ",".join(f"{topic}:{p}" for p in range(parts))},
             sink_config={"service.url": dst.service_url, "topic": target},
-            policy=attrs.evolve(policy, native_batches=native), offsets={})
+            policy=attrs.evolve(policy, native_batches=native), offsets={}))
         committed, moved = {}, 0
         try:
             assert runner.source.context.native_batches is native

@@ -12,6 +12,7 @@ import pytest
 import rocketmq_util
 
 from connect.records import partition_key
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import RUNNING
 from connect.tasks.runner import TaskPairRunner
@@ -33,10 +34,10 @@ def _epochs(connector_class, config: dict, name: str) -> tuple[list[int], list, 
     connector.start(config)
     [task_config] = connector.task_configs(1)
     connector.stop()
-    runner = TaskPairRunner(connector=name, task_id=0, source=connector_class.task_class()(), sink=MemorySinkTask(),
-                            source_config=task_config, sink_config={"name": name},
-                            policy=RunnerPolicy(epoch_max_ms=5_000, epoch_max_records=BUDGET, epoch_bridge_ms=0),
-                            offsets={})
+    runner = TaskPairRunner(PairPlan(connector=name, task_id=0, source=connector_class.task_class()(), sink=MemorySinkTask(),
+                                     source_config=task_config, sink_config={"name": name},
+                                     policy=RunnerPolicy(epoch_max_ms=5_000, epoch_max_records=BUDGET, epoch_bridge_ms=0),
+                                     offsets={}))
     counts = []
     try:
         for epoch in range(EPOCHS + 1):

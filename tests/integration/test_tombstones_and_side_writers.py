@@ -14,6 +14,7 @@ from netproxy import TcpProxy
 
 from connect.errors import RetriableError
 from connect.records import ConnectRecord
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySinkTask, MemorySourceTask
@@ -43,11 +44,11 @@ class _Given(MemorySourceTask):
 def _run(sink, sink_config: dict, *, dlq=None, epochs: int = 6, until=None, retry_timeout_ms: int = 60_000):
     """Epochs of one pair until its partition committed every record (or ``until`` says so);
     (committed offsets, results). Never FAILED."""
-    runner = TaskPairRunner(connector="tomb", task_id=0, source=_Given(), sink=sink,
-                            source_config={"records": str(len(_Given.given))}, sink_config=sink_config,
-                            policy=RunnerPolicy(epoch_max_ms=1500, epoch_max_records=100,
+    runner = TaskPairRunner(PairPlan(connector="tomb", task_id=0, source=_Given(), sink=sink,
+                                     source_config={"records": str(len(_Given.given))}, sink_config=sink_config,
+                                     policy=RunnerPolicy(epoch_max_ms=1500, epoch_max_records=100,
                                                 retry_timeout_ms=retry_timeout_ms),
-                            dlq_factory=dlq)
+                                     dlq_factory=dlq))
     committed, results = {}, []
     try:
         for epoch in range(epochs):

@@ -10,6 +10,7 @@ import pytest
 
 from connect.errors import ConfigError, ConnectError, TransactionsUnavailableError
 from connect.records import partition_key
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
 from connect.tasks.runner import TaskPairRunner
@@ -76,11 +77,11 @@ class _FailAt(MemorySourceTask):
 
 
 def _runner(sink, source=None, mode="required", offsets=None):
-    return TaskPairRunner(
+    return TaskPairRunner(PairPlan(
         connector="eos-unit", task_id=0, source=source or MemorySourceTask(), sink=sink,
         source_config={"topic": "src", "records": "100", "partitions": "1", "batch.size": "10"},
         sink_config={"name": f"eos-{next(_ids)}"},
-        policy=RunnerPolicy(exactly_once=mode, epoch_max_ms=300, epoch_grace_ms=500), offsets=offsets)
+        policy=RunnerPolicy(exactly_once=mode, epoch_max_ms=300, epoch_grace_ms=500), offsets=offsets))
 
 
 def test_each_epoch_commits_its_records_with_its_offsets_and_the_pair_starts_from_the_stored_ones():
@@ -171,13 +172,13 @@ def test_records_a_stage_failed_after_a_commit_point_inside_the_epoch_are_all_ha
     batches in a list the runner no longer read: they were neither dead-lettered, skipped nor counted,
     and their offsets moved on (found with exactly-once's dead letters; at-least-once lost them too)."""
     sink = _TransactionalSink() if mode == "required" else MemorySinkTask()
-    runner = TaskPairRunner(
+    runner = TaskPairRunner(PairPlan(
         connector="eos-unit", task_id=0, source=_SomeNotJson(), sink=sink,
         source_config={"topic": "src", "records": "100", "partitions": "1", "batch.size": "10",
                        "value.converter": "json"},
         sink_config={"name": f"eos-{next(_ids)}", "value.converter": "json"},
         policy=RunnerPolicy(exactly_once=mode, epoch_max_ms=300, epoch_grace_ms=500, max_in_flight_records=20,
-                            tolerance_all=True), offsets={P0: {"offset": -1}} if mode == "disabled" else None)
+                            tolerance_all=True), offsets={P0: {"offset": -1}} if mode == "disabled" else None))
     try:
         result = runner.run_epoch(0, max_records=10_000)
         assert result.state == RUNNING, result.trace

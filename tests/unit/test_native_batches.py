@@ -12,6 +12,7 @@ from connect.batch import NativeBatch, NativeCodec
 from connect.records import ConnectRecord, partition_key
 from connect.source import SourceTask
 from connect.tasks.fused import FusedReplication
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.replication import DEFAULT_ORIGIN_PROPERTY as PROP
 from connect.tasks.replication import GAPS_HEADER, open_gaps_of, replication_stages
@@ -38,11 +39,11 @@ def pair():
     def build(policy: RunnerPolicy | None = None, source: dict | None = None, sink: dict | None = None,
               source_task: SourceTask | None = None, **kw) -> tuple[TaskPairRunner, str]:
         name = f"native-{next(_ids)}"
-        runner = TaskPairRunner(
+        runner = TaskPairRunner(PairPlan(
             connector="native", task_id=0, source=source_task or MemorySourceTask(), sink=MemorySinkTask(),
             source_config={k: str(v) for k, v in (source or {}).items()},
             sink_config={"name": name, **{k: str(v) for k, v in (sink or {}).items()}},
-            policy=policy or _settings(), offsets={}, **kw)
+            policy=policy or _settings(), offsets={}, **kw))
         made.append((runner, name))
         return runner, name
 

@@ -10,6 +10,7 @@ from connect.records import make_record, partition_key
 from connect.source import SourceTask
 from connect.tasks.origin import DEFAULT_ORIGIN_PROPERTY as PROP
 from connect.tasks.origin import OriginChain, chain_of, local_topic_name
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
 from connect.testing import MemorySinkTask
@@ -108,9 +109,9 @@ class ChainedSource(SourceTask):
 def test_the_runner_drops_what_would_loop_counts_it_and_still_advances_the_offset(request):
     name = f"origin-{request.node.name}"
     MemorySinkTask.written.pop(name, None)
-    runner = TaskPairRunner(connector="c", task_id=0, source=ChainedSource(), sink=MemorySinkTask(),
-                            source_config={}, sink_config={"name": name},
-                            policy=RunnerPolicy(epoch_max_ms=300, source_alias="A", target_alias="B"), offsets={})
+    runner = TaskPairRunner(PairPlan(connector="c", task_id=0, source=ChainedSource(), sink=MemorySinkTask(),
+                                     source_config={}, sink_config={"name": name},
+                                     policy=RunnerPolicy(epoch_max_ms=300, source_alias="A", target_alias="B"), offsets={}))
     try:
         result = runner.run_epoch(0)
     finally:
@@ -159,8 +160,8 @@ class LaggingSource(ChainedSource):
 def test_partition_lag_reports_records_and_seconds_behind_per_partition(request):
     name = f"lag-{request.node.name}"
     source = LaggingSource()
-    runner = TaskPairRunner(connector="c", task_id=0, source=source, sink=MemorySinkTask(), source_config={},
-                            sink_config={"name": name}, policy=RunnerPolicy(epoch_max_ms=300), offsets={})
+    runner = TaskPairRunner(PairPlan(connector="c", task_id=0, source=source, sink=MemorySinkTask(), source_config={},
+                                     sink_config={"name": name}, policy=RunnerPolicy(epoch_max_ms=300), offsets={}))
     try:
         behind = runner.run_epoch(0).partition_lag[partition_key(SP)]
         source.behind = 0

@@ -11,6 +11,7 @@ import pytest
 from connect.errors import ConnectError, RetriableError
 from connect.records import ConnectRecord, partition_key
 from connect.tasks.failures import DeadLetterQueue, FailedRecordHandler
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING, EpochStats
 from connect.tasks.runner import TaskPairRunner
@@ -55,14 +56,14 @@ def runners():
 def make_runner(sink_name, runners):
     def build(*, source: dict | None = None, sink: dict | None = None, settings: RunnerPolicy | None = None,
               offsets=None, source_task=None, sink_task=None, **kw) -> TaskPairRunner:
-        runner = TaskPairRunner(
+        runner = TaskPairRunner(PairPlan(
             connector="unit", task_id=0,
             source=source_task if source_task is not None else MemorySourceTask(),
             sink=sink_task if sink_task is not None else MemorySinkTask(),
             source_config={k: str(v) for k, v in (source or {}).items()},
             sink_config={"name": sink_name, **{k: str(v) for k, v in (sink or {}).items()}},
             policy=settings if settings is not None else make_settings(),
-            offsets=offsets, **kw)
+            offsets=offsets, **kw))
         runners.append(runner)
         return runner
 
@@ -703,8 +704,8 @@ def test_stop_reports_first_failure_but_stops_everything(make_runner):
 def test_sink_start_failure_stops_the_source(sink_name):
     source = CountingSource()
     with pytest.raises(Exception, match="configuration error"):
-        TaskPairRunner(connector="unit", task_id=0, source=source, sink=MemorySinkTask(), source_config={},
-                       sink_config={"name": sink_name, "reject.times": "many"}, policy=make_settings())
+        TaskPairRunner(PairPlan(connector="unit", task_id=0, source=source, sink=MemorySinkTask(), source_config={},
+                                sink_config={"name": sink_name, "reject.times": "many"}, policy=make_settings()))
     assert source.stopped == 1
 
 
@@ -813,12 +814,12 @@ def test_records_a_stage_failed_after_a_commit_point_inside_the_epoch_are_all_ha
     failures of later batches in a list the runner no longer read: they were neither dead-lettered,
     skipped nor counted, and their offsets moved on (silent loss). Found by the exactly-once work."""
     name = f"stage-failures-{next(_ids)}"
-    runner = TaskPairRunner(
+    runner = TaskPairRunner(PairPlan(
         connector="stage-failures", task_id=0, source=_SomeNotJson(), sink=MemorySinkTask(),
         source_config={"topic": "src", "records": "100", "partitions": "1", "batch.size": "10",
                        "value.converter": "json"},
         sink_config={"name": name, "value.converter": "json"},
-        policy=RunnerPolicy(epoch_max_ms=300, epoch_grace_ms=500, max_in_flight_records=20, tolerance_all=True))
+        policy=RunnerPolicy(epoch_max_ms=300, epoch_grace_ms=500, max_in_flight_records=20, tolerance_all=True)))
     try:
         result = runner.run_epoch(0, max_records=10_000)
         assert result.state == RUNNING, result.trace

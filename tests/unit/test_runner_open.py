@@ -5,6 +5,7 @@ from __future__ import annotations
 from connect.records import ConnectRecord
 from connect.sink import SinkTask
 from connect.source import SourceTask
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.runner import TaskPairRunner
 
@@ -36,8 +37,8 @@ class OpenRecordingSink(SinkTask):
 
 def test_open_once_per_partition_and_offsets_per_partition_with_fresh_dicts():
     source, sink = FreshDictSource(), OpenRecordingSink()
-    runner = TaskPairRunner(connector="c", task_id=0, source=source, sink=sink, source_config={}, sink_config={},
-                            policy=RunnerPolicy(epoch_max_ms=200))
+    runner = TaskPairRunner(PairPlan(connector="c", task_id=0, source=source, sink=sink, source_config={}, sink_config={},
+                                     policy=RunnerPolicy(epoch_max_ms=200)))
     result = runner.run_epoch(1)
     assert sorted(sink.opened) == [0, 1, 2]
     assert sorted(result.offsets.values(), key=str) == [{"offset": 9}] * 3

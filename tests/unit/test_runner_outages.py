@@ -15,6 +15,7 @@ import pytest
 from connect.errors import NotSentError, RetriableError
 from connect.records import ConnectRecord, partition_key
 from connect.sink import SinkTask
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, RUNNING
 from connect.tasks.runner import TaskPairRunner
@@ -63,9 +64,9 @@ def _runner(sink, *, tolerance_all=False, dlq=None, retry_timeout_ms=60_000, epo
             records=50, stop=lambda: False, source=None):
     policy = RunnerPolicy(epoch_max_ms=epoch_ms, epoch_grace_ms=grace_ms, retry_timeout_ms=retry_timeout_ms,
                           retry_delay_max_ms=50, tolerance_all=tolerance_all, max_in_flight_records=20)
-    return TaskPairRunner(connector="outage", task_id=0, source=source or MemorySourceTask(), sink=sink,
-                          source_config={"records": str(records), "batch.size": "10"}, sink_config={},
-                          policy=policy, dlq_factory=dlq, stop_requested=stop)
+    return TaskPairRunner(PairPlan(connector="outage", task_id=0, source=source or MemorySourceTask(), sink=sink,
+                                   source_config={"records": str(records), "batch.size": "10"}, sink_config={},
+                                   policy=policy, dlq_factory=dlq, stop_requested=stop))
 
 
 def test_unacknowledged_epoch_ends_on_time_commits_nothing_then_resumes():
@@ -146,7 +147,7 @@ def test_poll_retries_honour_the_epoch_deadline_and_keep_their_clock_across_epoc
     result = runner.run_epoch(1)
     assert time.monotonic() - t0 < 0.4
     assert result.state == RUNNING and result.stats["retries"] >= 1
-    assert runner._retry.failing("source poll")
+    assert runner._mover.retry.failing("source poll")
 
 
 class RefusingPutSink(OutageSink):
@@ -259,9 +260,9 @@ def _async_runner(sink, records=50, epoch_ms=200, grace_ms=2000, max_in_flight=4
     # max.in.flight.records=40: a checkpoint every 10 records, one batch of the memory source
     policy = RunnerPolicy(epoch_max_ms=epoch_ms, epoch_grace_ms=grace_ms, retry_timeout_ms=60_000,
                           retry_delay_max_ms=50, max_in_flight_records=max_in_flight)
-    return TaskPairRunner(connector="acks", task_id=0, source=source or MemorySourceTask(), sink=sink,
-                          source_config={"records": str(records), "batch.size": "10"}, sink_config={},
-                          policy=policy, stop_requested=stop)
+    return TaskPairRunner(PairPlan(connector="acks", task_id=0, source=source or MemorySourceTask(), sink=sink,
+                                   source_config={"records": str(records), "batch.size": "10"}, sink_config={},
+                                   policy=policy, stop_requested=stop))
 
 
 def test_an_asynchronous_sink_ends_epochs_without_draining_and_commits_complete_checkpoints():

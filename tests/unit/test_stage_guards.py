@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from connect.records import ConnectRecord
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import OTHER_REASONS, REASONS_KEPT, EpochStats
 from connect.tasks.runner import TaskPairRunner
@@ -50,8 +51,8 @@ def test_transforms_are_closed_when_the_pair_cannot_start():
 
     chain = StageChain([RecordStages([("t", lambda r: r)], closers=[lambda: closed.append(True)])])
     with pytest.raises(RuntimeError, match="no target"):
-        TaskPairRunner(connector="c", task_id=0, source=MemorySourceTask(), sink=FailingSink(),
-                       source_config={}, sink_config={}, policy=RunnerPolicy(), stages=chain)
+        TaskPairRunner(PairPlan(connector="c", task_id=0, source=MemorySourceTask(), sink=FailingSink(),
+                                source_config={}, sink_config={}, policy=RunnerPolicy(), stages=chain))
     assert closed == [True]
 
 

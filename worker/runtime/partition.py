@@ -46,10 +46,11 @@ import orjson
 from connect.errors import ConnectError, RetriableError
 from connect.secrets import Redactor, install_log_redaction
 from connect.sink.side import SideWriter
+from connect.tasks.plan import PairPlan
 from connect.tasks.policy import RunnerPolicy
 from connect.tasks.results import FAILED, REASON_SHOWN, EpochResult
 from connect.tasks.runner import TaskPairRunner
-from connect.tasks.stages import build_chain
+from connect.tasks.stages import StageChain, build_chain
 from connect.transforms.chain import TransformsConfig
 from worker.runtime.control import MAX_LINE, ControlAddress, ControlServer, client_for, hello
 
@@ -206,16 +207,15 @@ def _writer_factory(spec: TaskPairSpec, config: dict[str, Any] | None, role: str
     return build
 
 
-def _stages(spec: TaskPairSpec):
-    """The pair's stage chain with its own instances of the connector's transforms (None: the default chain)."""
-    if not spec.transforms:
-        return None
-    steps, closers = spec.transforms.build()
+def _stages(spec: TaskPairSpec) -> StageChain:
+    """The pair's stage chain with its own instances of the connector's transforms."""
+    steps, closers = spec.transforms.build() if spec.transforms else ((), ())
     return build_chain(spec.policy, spec.source_config, spec.sink_config, steps, closers)
 
 
-def _build(spec: TaskPairSpec, control: ControlAddress | None) -> TaskPairRunner:
-    return TaskPairRunner(
+def _plan(spec: TaskPairSpec, control: ControlAddress | None) -> PairPlan:
+    """The pair as its runner gets it: new task instances, and every way the runner reaches the driver."""
+    return PairPlan(
         connector=spec.connector, task_id=spec.task, source=spec.source_task_class(), sink=spec.sink_task_class(),
         source_config=spec.source_config, sink_config=spec.sink_config, policy=spec.policy,
         offsets=spec.offsets, offset_lookup=_offset_lookup(spec, control),
@@ -327,7 +327,7 @@ def run_task_pair_epoch(spec: TaskPairSpec, control: ControlAddress | None = Non
         if cached is None:
             started = time.time()
             try:
-                cached = _Cached(spec.revision, _build(spec, control), _idle_after_s(spec.policy), control)
+                cached = _Cached(spec.revision, TaskPairRunner(_plan(spec, control)), _idle_after_s(spec.policy), control)
             except Exception as exc:  # noqa: BLE001 - a task that cannot start is reported FAILED
                 return not_run(spec, "".join(traceback.format_exception(exc)), started=started,
                                retriable=_transient_start_failure(exc))
