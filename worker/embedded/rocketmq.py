@@ -12,6 +12,7 @@ from pathlib import Path
 from worker.embedded.process import (
     _Broker,
     _data_dir,
+    _end,
     _launch,
     _signal_group,
     _wait_listening,
@@ -219,14 +220,7 @@ class ApacheRocketMQ:
     def stop(self, timeout: float = 20.0) -> None:
         """The broker first (it unregisters), then the name server; each killed past ``timeout``."""
         for proc in (self.proc, self.namesrv_proc):
-            if proc is not None and proc.poll() is None:
-                _signal_group(proc, signal.SIGCONT)
-                proc.terminate()
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _end(proc, timeout)
         self.proc = self.namesrv_proc = None
 
     def kill(self) -> None:
