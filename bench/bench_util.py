@@ -8,6 +8,7 @@ import statistics
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 
 from worker.pipeline import parse_pipeline
 from worker.runtime.driver import Driver
@@ -172,3 +173,16 @@ def bench_args(doc: str, records: int, rounds: int = 2) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--value-size", type=int, default=100)
     return ap.parse_args()
+
+
+def apache_kafka_pair(stack: ExitStack, clusters: str | None) -> tuple[str, str]:
+    """Bootstrap servers of the two clusters a bench runs on: ``clusters`` (``--clusters A,B``, running
+    ones), else two Apache Kafka clusters started here and stopped with ``stack``."""
+    if clusters:
+        a, b = clusters.split(",")
+        return a, b
+    from worker.embedded import ApacheKafka
+
+    print("starting two Apache Kafka clusters...", flush=True)
+    a, b = (stack.enter_context(ApacheKafka()).bootstrap for _ in range(2))
+    return a, b

@@ -51,9 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import e2e  # noqa: E402  (bench/e2e.py: this script's directory comes first on sys.path)
-from bench_util import median_of, ratio_of  # noqa: E402
-
-from worker.embedded import ApacheKafka  # noqa: E402
+from bench_util import apache_kafka_pair, median_of, ratio_of  # noqa: E402
 
 MODES = {"alo": "disabled", "eos": "required"}  # contender prefix -> exactly.once.support
 GOAL_EPOCH_S, GOAL = 10, 0.8  # exactly-once >= 0.8x at-least-once throughput at the default epoch (issue 39)
@@ -177,11 +175,7 @@ def main() -> None:
     records = args.records - args.records % e2e.PARTITIONS
     rounds: list[dict] = []
     with ExitStack() as stack:
-        if args.clusters:
-            a, b = args.clusters.split(",")
-        else:
-            print("starting two Apache Kafka clusters...", flush=True)
-            a, b = (stack.enter_context(ApacheKafka()).bootstrap for _ in range(2))
+        a, b = apache_kafka_pair(stack, args.clusters)
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         run_id = f"x{int(time.time()) % 100000}"  # topic prefix: runs on the same clusters never meet
         if not args.no_warmup:  # the first run on fresh clusters pays their start (coordinators loading, JIT)

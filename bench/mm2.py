@@ -61,10 +61,9 @@ sys.path.insert(0, str(ROOT))
 
 import e2e  # noqa: E402  (bench/e2e.py: this script's directory comes first on sys.path)
 import mm2_topics  # noqa: E402
-from bench_util import PeakRss, median_of, ratio_of  # noqa: E402
+from bench_util import PeakRss, apache_kafka_pair, median_of, ratio_of  # noqa: E402
 
 from worker.brokers.mirror_maker import SHIPPED_HEAP, SHIPPED_JVM_FLAGS, mm2_properties, start_mirror_maker  # noqa: E402
-from worker.embedded import ApacheKafka  # noqa: E402
 
 TASKS = (1, 2)  # the task counts `connect run` has a contender for (bench/e2e.py: connect-1, connect-2)
 # MM2 as a plain copier, the job our mirror does: no heartbeats, checkpoints, offset syncs, ACL sync
@@ -275,6 +274,8 @@ def main() -> None:
         ap.error(f"--tasks: a comma-separated list of {', '.join(map(str, TASKS))}, not {args.tasks!r}")
     if args.topics < 1 or args.topic_rate <= 0:
         ap.error("--topics must be at least 1 and --topic-rate above 0")
+    if args.seconds <= e2e.WARMUP_S:
+        ap.error(f"--seconds must be above the {e2e.WARMUP_S:g} s warm-up that latencies leave out, not {args.seconds}")
     for opt, kvs in (("--mm2-set", args.mm2_set), ("--set", args.set)):
         if bad := [kv for kv in kvs if "=" not in kv]:
             ap.error(f"{opt}: KEY=VALUE, not {bad[0]!r}")
@@ -293,11 +294,7 @@ def main() -> None:
     fan: list[dict] = []
     wants = {args.only} if args.only else {"throughput", "latency", "topics"}
     with ExitStack() as stack:
-        if args.clusters:
-            a, b = args.clusters.split(",")
-        else:
-            print("starting two Apache Kafka clusters...", flush=True)
-            a, b = (stack.enter_context(ApacheKafka()).bootstrap for _ in range(2))
+        a, b = apache_kafka_pair(stack, args.clusters)
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         run = f"m{int(time.time()) % 100000}"  # topic and alias prefix: runs on the same clusters never meet
         backlog = f"{run}-backlog"
